@@ -1,0 +1,58 @@
+"""ftsolve: plan LLM fine-tuning on rented GPUs at the least expected total cost.
+
+>>> import ftsolve
+>>> job = ftsolve.JobSpec(model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048)
+>>> plans = ftsolve.plan(job)        # PlanSet, best first
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from ftsolve._errors import (
+    CatalogError,
+    FtsolveError,
+    InvalidJobSpec,
+    NoFeasiblePlan,
+    UnknownCatalogEntry,
+)
+from ftsolve.catalog import Catalog, GpuSpec, ModelArch, Offer, load_catalog
+from ftsolve.solver import (
+    CostItem,
+    Infeasibility,
+    JobSpec,
+    MemoryBreakdown,
+    Plan,
+    PlanSet,
+    Relaxation,
+    TimeBreakdown,
+    check_plan,
+    plan,
+)
+
+try:
+    __version__ = version("ftsolve")
+except PackageNotFoundError:  # running from a source tree
+    __version__ = "0.0.0"
+
+__all__ = [
+    "Catalog",
+    "CatalogError",
+    "CostItem",
+    "FtsolveError",
+    "GpuSpec",
+    "Infeasibility",
+    "InvalidJobSpec",
+    "JobSpec",
+    "MemoryBreakdown",
+    "ModelArch",
+    "NoFeasiblePlan",
+    "Offer",
+    "Plan",
+    "PlanSet",
+    "Relaxation",
+    "TimeBreakdown",
+    "UnknownCatalogEntry",
+    "__version__",
+    "check_plan",
+    "load_catalog",
+    "plan",
+]

@@ -1,0 +1,3 @@
+from ftsolve.cli import main
+
+main()

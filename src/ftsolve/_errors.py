@@ -1,0 +1,54 @@
+"""The one exception tree of ftsolve.
+
+    FtsolveError
+    ├── InvalidJobSpec (ValueError)        a job input is out of range or inconsistent
+    ├── UnknownCatalogEntry (LookupError)   a GPU, model or provider name is not in the catalog
+    ├── CatalogError (ValueError)           a catalog or model-config file is malformed
+    └── NoFeasiblePlan                      every candidate breaks some constraint; carries the diagnosis
+
+The CLI maps InvalidJobSpec, UnknownCatalogEntry and CatalogError to exit code 2 and
+NoFeasiblePlan to exit code 1. Messages are one line and say how to fix the input.
+"""
+
+from __future__ import annotations
+
+from difflib import get_close_matches
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ftsolve.solver._plans import Infeasibility
+
+
+class FtsolveError(Exception):
+    """Base class of every error ftsolve raises on purpose."""
+
+
+class InvalidJobSpec(FtsolveError, ValueError):
+    """Raised when a job input is out of range, malformed or inconsistent."""
+
+
+class CatalogError(FtsolveError, ValueError):
+    """Raised when a catalog, offers or model-config file cannot be used as it is."""
+
+
+class UnknownCatalogEntry(FtsolveError, LookupError):
+    """Raised when a name (GPU, model, provider) is not in the catalog; suggests close matches."""
+
+    def __init__(self, kind: str, name: str, known: list[str]) -> None:
+        self.kind = kind
+        self.name = name
+        self.suggestions = get_close_matches(name.lower(), [k.lower() for k in known], n=3)
+        hint = f" Did you mean {', '.join(self.suggestions)}?" if self.suggestions else ""
+        super().__init__(
+            f"unknown {kind} {name!r}.{hint} To fix: run `ftsolve {kind}s list`"
+            if kind in ("model",)
+            else f"unknown {kind} {name!r}.{hint}"
+        )
+
+
+class NoFeasiblePlan(FtsolveError):
+    """Raised when no candidate satisfies every constraint; `.infeasibility` says why."""
+
+    def __init__(self, infeasibility: Infeasibility) -> None:
+        self.infeasibility = infeasibility
+        super().__init__(infeasibility.summary)

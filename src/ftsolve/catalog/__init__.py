@@ -1,0 +1,21 @@
+"""GPU hardware, rentable offers and model architectures, with source and date on every figure."""
+
+from ftsolve.catalog._load import Catalog, load_catalog, load_gpus, parse_offers
+from ftsolve.catalog._models import GpuSpec, ModelArch, Offer
+from ftsolve.catalog._names import resolve_gpu
+from ftsolve.catalog._presets import PRESETS
+from ftsolve.catalog._providers import ProviderDefaults, provider_defaults
+
+__all__ = [
+    "PRESETS",
+    "Catalog",
+    "GpuSpec",
+    "ModelArch",
+    "Offer",
+    "ProviderDefaults",
+    "load_catalog",
+    "load_gpus",
+    "parse_offers",
+    "provider_defaults",
+    "resolve_gpu",
+]

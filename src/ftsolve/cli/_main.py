@@ -1,0 +1,178 @@
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import click
+
+from ftsolve._errors import FtsolveError, NoFeasiblePlan
+from ftsolve._units import parse_count, parse_hours, parse_usd
+from ftsolve.catalog import load_catalog
+from ftsolve.cli._render import render_infeasible, render_plans
+from ftsolve.solver import JobSpec, plan
+
+Fn = TypeVar("Fn", bound=Callable[..., Any])
+
+
+def _csv(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    return items or None
+
+
+def _errors(fn: Fn) -> Fn:
+    """Library errors become one line on stderr and an exit code; never a traceback."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except NoFeasiblePlan:
+            raise
+        except FtsolveError as exc:
+            click.echo(f"Error: {exc}", err=True)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="ftsolve")
+def cli() -> None:
+    """Plan LLM fine-tuning on rented GPUs: what to rent, how to train, what it really costs."""
+
+
+@cli.command("plan")
+@click.option("--model", required=True, help="Model preset, e.g. llama-3.1-8b.")
+@click.option("--tokens", required=True, help="Tokens to train on, all epochs: 50M, 1.2B.")
+@click.option("--seq-len", required=True, type=int, help="Sequence length in tokens.")
+@click.option("--global-batch", type=int, default=16, show_default=True, help="Sequences per optimizer step.")
+@click.option("--methods", default="full,lora,qlora", show_default=True, help="Allowed methods.")
+@click.option(
+    "--optimizer",
+    type=click.Choice(["adamw", "adamw-bf16", "adamw-8bit", "sgd", "adafactor"]),
+    default="adamw",
+    show_default=True,
+    help="Optimizer-state regime.",
+)
+@click.option("--lora-rank", type=int, default=16, show_default=True)
+@click.option("--deadline", help="Deadline: 24h, 90m, 2d.")
+@click.option("--budget", help="Budget in USD: 300, $1.2k.")
+@click.option(
+    "--confidence",
+    type=float,
+    default=0.9,
+    show_default=True,
+    help="Probability the deadline must hold with.",
+)
+@click.option("--markets", default="on-demand,interruptible", show_default=True)
+@click.option("--provider", "providers", help="Allowed providers, comma-separated.")
+@click.option("--region", "regions", help="Allowed regions, comma-separated.")
+@click.option("--country", "countries", help="Allowed ISO country codes, comma-separated.")
+@click.option("--eu-only", is_flag=True, help="Only offers in EU/EEA countries.")
+@click.option("--gpu", "gpus", help="Allowed GPU ids, comma-separated (e.g. h100-sxm,a100-sxm-80gb).")
+@click.option("--max-gpus", type=int, default=64, show_default=True)
+@click.option("--max-nodes", type=int, default=4, show_default=True)
+@click.option(
+    "--offers", "offers_path", type=click.Path(dir_okay=False), help="Extra offers CSV (overrides bundled)."
+)
+@click.option("--engine", type=click.Choice(["scan", "cpsat"]), default="scan", show_default=True)
+@click.option("--top", type=int, default=5, show_default=True, help="Number of plans.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plans as JSON.")
+@_errors
+def plan_cmd(
+    model: str,
+    tokens: str,
+    seq_len: int,
+    global_batch: int,
+    methods: str,
+    optimizer: str,
+    lora_rank: int,
+    deadline: str | None,
+    budget: str | None,
+    confidence: float,
+    markets: str,
+    providers: str | None,
+    regions: str | None,
+    countries: str | None,
+    eu_only: bool,
+    gpus: str | None,
+    max_gpus: int,
+    max_nodes: int,
+    offers_path: str | None,
+    engine: str,
+    top: int,
+    as_json: bool,
+) -> None:
+    """Rank plans for a fine-tuning job by expected total cost."""
+    job = JobSpec.build(
+        model=model.lower(),
+        train_tokens=parse_count(tokens),
+        seq_len=seq_len,
+        global_batch_size=global_batch,
+        methods=_csv(methods),
+        optimizer=optimizer,
+        lora_rank=lora_rank,
+        deadline_hours=parse_hours(deadline) if deadline else None,
+        budget_usd=parse_usd(budget) if budget else None,
+        deadline_confidence=confidence,
+        markets=_csv(markets),
+        providers=_csv(providers),
+        regions=_csv(regions),
+        countries=_csv(countries),
+        eu_only=eu_only,
+        gpus=_csv(gpus),
+        max_gpus=max_gpus,
+        max_nodes=max_nodes,
+    )
+    catalog = load_catalog(offers_path)
+    try:
+        result = plan(job, catalog, engine=engine, top=top)
+    except NoFeasiblePlan as exc:
+        if as_json:
+            click.echo(exc.infeasibility.model_dump_json(indent=2))
+        else:
+            render_infeasible(exc.infeasibility)
+        sys.exit(1)
+    if as_json:
+        click.echo(result.model_dump_json(indent=2))
+    else:
+        render_plans(result)
+
+
+@cli.group("models")
+def models_group() -> None:
+    """Model presets."""
+
+
+@models_group.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@_errors
+def models_list(as_json: bool) -> None:
+    """List model presets with their parameter counts."""
+    catalog = load_catalog()
+    rows = [
+        {
+            "name": m.name,
+            "family": m.family,
+            "params_b": round(m.total_params() / 1e9, 3),
+            "layers": m.num_layers,
+            "hidden_size": m.hidden_size,
+            "experts": m.num_experts,
+            "source": m.source,
+        }
+        for m in catalog.models.values()
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        click.echo(f"{r['name']:32s} {r['params_b']:8.2f}B  {r['family']:8s} {r['source']}")
+
+
+def main() -> None:
+    cli(prog_name="ftsolve")

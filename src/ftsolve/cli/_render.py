@@ -1,0 +1,77 @@
+"""Terminal rendering with rich. Only formatting: every number comes from the library."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ftsolve.solver import Infeasibility, PlanSet
+
+
+def _console() -> Console:
+    # A wide virtual terminal when output is piped, so tables are not folded into slivers.
+    return Console(width=None if Console().is_terminal else 200, highlight=False)
+
+
+def render_plans(ps: PlanSet) -> None:
+    con = _console()
+    job = ps.job
+    model = job.model if isinstance(job.model, str) else job.model.name
+    limits = []
+    if job.deadline_hours is not None:
+        limits.append(f"deadline {job.deadline_hours:g} h at {job.deadline_confidence:.0%}")
+    if job.budget_usd is not None:
+        limits.append(f"budget {job.budget_usd:g} USD")
+    con.print(
+        f"[bold]{model}[/] ({ps.model_params_b:.2f}B params), {job.train_tokens / 1e6:g}M tokens, "
+        f"seq {job.seq_len}; {', '.join(limits) or 'no deadline or budget'}"
+    )
+    con.print(
+        f"{ps.feasible} of {ps.candidates} candidates feasible; engine {ps.engine}; "
+        f"prices dated {ps.price_dates[0]} to {ps.price_dates[1]}"
+    )
+    t = Table(show_lines=False)
+    for col in (
+        "#",
+        "offer",
+        "GPUs",
+        "method",
+        "precision",
+        "sharding",
+        "ckpt",
+        "market",
+        "mem/GPU GiB",
+        "hours",
+        "cost USD",
+    ):
+        t.add_column(
+            col, justify="right" if col in ("#", "GPUs", "mem/GPU GiB", "hours", "cost USD") else "left"
+        )
+    for p in ps.plans:
+        hours = f"{p.time.expected_hours:.1f}"
+        if p.market == "interruptible":
+            hours += f" (p{p.time.confidence * 100:.0f} {p.time.quantile_hours:.1f})"
+        t.add_row(
+            str(p.rank),
+            f"{p.offer.provider} {p.offer.region} {p.gpu}",
+            f"{p.n_gpus}",
+            p.method,
+            p.weight_precision,
+            p.sharding,
+            "on" if p.gradient_checkpointing else "off",
+            p.market,
+            f"{p.memory.peak_gib:.1f}/{p.memory.usable_gib:.0f}",
+            hours,
+            f"{p.total_cost_usd:.2f}",
+        )
+    con.print(t)
+    for p in ps.plans:
+        con.print(f"  {p.rank}. {p.why}")
+
+
+def render_infeasible(inf: Infeasibility) -> None:
+    con = Console(stderr=True, width=200 if not Console(stderr=True).is_terminal else None, highlight=False)
+    con.print(f"No feasible plan: {inf.summary}")
+    if inf.ruled_out_by:
+        counts = ", ".join(f"{k} rules out {v}" for k, v in inf.ruled_out_by.items() if v)
+        con.print(f"Of {inf.candidates} candidates: {counts}.")

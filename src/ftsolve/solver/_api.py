@@ -1,0 +1,224 @@
+"""The planner's library entry points: `plan` and the solver-independent `check_plan`."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
+from ftsolve.catalog._load import Catalog, load_catalog
+from ftsolve.catalog._providers import provider_defaults
+from ftsolve.solver import _coefficients as k
+from ftsolve.solver._engines import ENGINES
+from ftsolve.solver._explain import diagnose
+from ftsolve.solver._grid import CandidateTable, build_candidates
+from ftsolve.solver._job import MARKETS, JobSpec
+from ftsolve.solver._memory import METHOD_NAMES, QUANT_NAMES, SHARD_NAMES
+from ftsolve.solver._plans import CostItem, MemoryBreakdown, Plan, PlanSet, TimeBreakdown
+
+_ITEM_DETAIL = {
+    "training": "GPU-hours of training x price",
+    "startup": "provisioning, environment, base-model download and loading, billed",
+    "checkpoints": "checkpoint writes and the final save",
+    "preemption_rework": "expected lost work and restarts after preemptions",
+    "billing_rounding": "billing granularity: time rounded up",
+    "storage": "volumes (dataset, base model, two checkpoints) while they exist, incl. retention",
+}
+
+
+def plan(
+    job: JobSpec,
+    catalog: Catalog | None = None,
+    *,
+    engine: str = "scan",
+    top: int = 5,
+    diverse: bool = True,
+) -> PlanSet:
+    """Ranked plans for `job`, cheapest expected total cost first.
+
+    Raises NoFeasiblePlan (with the diagnosis) when no candidate meets every constraint.
+    """
+    if top < 1:
+        raise InvalidJobSpec(f"invalid top: must be at least 1 (got {top})")
+    if engine not in ENGINES:
+        raise InvalidJobSpec(f"invalid engine {engine!r}: choose one of {', '.join(ENGINES)}")
+    catalog = catalog if catalog is not None else load_catalog()
+    table = build_candidates(job, catalog)
+    feasible = table.feasible()
+    chosen = ENGINES[engine]().rank(table.total_cents, table.tie_rank, table.group, feasible, top, diverse)
+    if not chosen:
+        raise NoFeasiblePlan(diagnose(job, table, lambda j: build_candidates(j, catalog)))
+    plans = tuple(plan_from_row(job, table, i, rank, chosen[0]) for rank, i in enumerate(chosen, start=1))
+    dates = [o.price_date for o in table.offers]
+    return PlanSet(
+        job=job,
+        model_params_b=table.sizes.total_params / 1e9,
+        engine=engine,
+        candidates=len(table),
+        feasible=int(feasible.sum()),
+        plans=plans,
+        price_dates=(min(dates), max(dates)),
+    )
+
+
+def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int) -> Plan:
+    offer = t.offers[int(t.offer_idx[i])]
+    # Cards without bf16 (Volta, Turing) train in fp16 with loss scaling.
+    gpu_spec_16 = "bf16" if t.gpu_specs[offer.gpu].supports_bf16 else "fp16"
+    method = METHOD_NAMES[int(t.method[i])]
+    quant = QUANT_NAMES[int(t.quant[i])]
+    market = MARKETS[int(t.market[i])]
+    defaults = provider_defaults(offer.provider)
+    memory = MemoryBreakdown(
+        components_gib={
+            **{n: round(float(v[i]), 3) for n, v in t.memory_static_gib.items()},
+            **{n: round(float(v[i]), 3) for n, v in t.memory_dynamic_gib.items()},
+        },
+        peak_gib=round(float(t.peak_gib[i]), 3),
+        usable_gib=round(float(t.usable_gib[i]), 3),
+        card_gib=round(float(t.usable_gib[i]) / k.USABLE_MEMORY_FRACTION.value, 3),
+    )
+    spot = market == "interruptible"
+    time = TimeBreakdown(
+        tokens_per_s=round(float(t.tokens_per_s[i]), 1),
+        step_s=round(float(t.step_s[i]), 4),
+        training_hours=round(float(t.train_hours[i]), 4),
+        startup_hours=round(float(t.startup_hours[i]), 4),
+        checkpoint_hours=round(float(t.checkpoint_hours[i]), 4),
+        preemption_rework_hours=round(float(t.rework_hours[i]), 4),
+        expected_hours=round(float(t.expected_hours[i]), 4),
+        quantile_hours=round(float(t.quantile_hours[i]), 4),
+        confidence=job.deadline_confidence,
+        checkpoint_interval_hours=round(float(t.tau_hours[i]), 4) if spot else None,
+        interruption_rate_per_hour=round(float(t.interruption_rate_per_hour[i]), 4) if spot else None,
+    )
+    items = tuple(
+        CostItem(name=name, usd=int(c[i]) / 100, detail=_ITEM_DETAIL[name])
+        for name, c in t.cost_items_cents.items()
+        if int(c[i]) != 0
+    )
+    total = int(t.total_cents[i]) / 100
+    assumptions = [
+        "utilization and coefficients: ftsolve.solver._coefficients (physics.md defaults)",
+        f"provisioning {defaults.provisioning_minutes:g} min: {defaults.provisioning_source}",
+        f"price {offer.price_date.isoformat()}{' (estimated date)' if offer.price_date_estimated else ''}"
+        f": {offer.source}",
+    ]
+    if spot and offer.interruption_rate_per_hour is None:
+        assumptions.append(
+            f"interruption rate {defaults.interruption_rate_per_hour:.3g}/h: {defaults.interruption_source}"
+        )
+    if offer.storage_usd_per_gb_month is None:
+        assumptions.append(f"storage price: {defaults.storage_source}")
+    binding = _binding(job, t, i)
+    return Plan(
+        rank=rank,
+        offer=offer,
+        gpu=offer.gpu,
+        n_gpus=int(t.n_gpus[i]),
+        nodes=int(t.nodes[i]),
+        method=method,
+        weight_precision=gpu_spec_16 if quant == "16-bit" else quant,
+        optimizer=job.optimizer,
+        sharding=SHARD_NAMES[int(t.shard[i])],
+        gradient_checkpointing=bool(t.ckpt[i]),
+        micro_batch=int(t.micro_batch[i]),
+        grad_accum=int(t.grad_accum[i]),
+        market=market,
+        price_usd_per_gpu_hour=float(t.price_usd_per_gpu_hour[i]),
+        price_date=offer.price_date,
+        memory=memory,
+        time=time,
+        cost_items=items,
+        total_cost_usd=total,
+        binding_constraints=binding,
+        why=_why(t, i, rank, best, binding),
+        assumptions=tuple(assumptions),
+    )
+
+
+def _binding(job: JobSpec, t: CandidateTable, i: int) -> tuple[str, ...]:
+    """Constraints with less than 10% slack."""
+    out = []
+    if t.peak_gib[i] > 0.9 * t.usable_gib[i]:
+        out.append("memory")
+    if job.deadline_hours is not None and t.quantile_hours[i] > 0.9 * job.deadline_hours:
+        out.append("deadline")
+    if job.budget_usd is not None and t.total_cents[i] > 90 * job.budget_usd:
+        out.append("budget")
+    return tuple(out)
+
+
+def _why(t: CandidateTable, i: int, rank: int, best: int, binding: tuple[str, ...]) -> str:
+    tight = f"; tight: {', '.join(binding)}" if binding else ""
+    if rank == 1:
+        return f"cheapest expected total cost among {int(t.feasible().sum())} feasible candidates{tight}"
+    d_cost = (int(t.total_cents[i]) - int(t.total_cents[best])) / 100
+    pct = 100 * d_cost / max(int(t.total_cents[best]) / 100, 0.01)
+    diffs = []
+    ob, oi = t.offers[int(t.offer_idx[best])], t.offers[int(t.offer_idx[i])]
+    if ob.gpu != oi.gpu:
+        diffs.append(f"{oi.gpu} instead of {ob.gpu}")
+    if t.method[i] != t.method[best]:
+        diffs.append(METHOD_NAMES[int(t.method[i])])
+    if t.market[i] != t.market[best]:
+        diffs.append(MARKETS[int(t.market[i])])
+    d_h = float(t.expected_hours[i] - t.expected_hours[best])
+    speed = f"{abs(d_h):.1f} h {'faster' if d_h < 0 else 'slower'}"
+    what = ", ".join(diffs) or "another offer"
+    return f"+{d_cost:.2f} USD (+{pct:.0f}%) vs plan 1 with {what}; {speed}{tight}"
+
+
+def check_plan(job: JobSpec, catalog: Catalog, p: Plan) -> list[str]:
+    """Re-verify a plan from the estimators alone; returns the violations (empty when valid).
+
+    Independent of the engine that chose the plan: it rebuilds the candidate table for the
+    plan's offer only and checks every constraint and the cost arithmetic.
+    """
+    one = Catalog(gpus=catalog.gpus, offers=(p.offer,), models=catalog.models)
+    narrow = job.model_copy(
+        update={
+            "providers": None,
+            "regions": None,
+            "countries": None,
+            "eu_only": False,
+            "gpus": None,
+            "methods": (p.method,),
+            "markets": (p.market,),
+        }
+    )
+    t = build_candidates(narrow, one)
+    match = np.nonzero(
+        (t.nodes == p.nodes)
+        & (np.array([METHOD_NAMES[m] for m in t.method]) == p.method)
+        & (np.array([SHARD_NAMES[s] for s in t.shard]) == p.sharding)
+        & (t.ckpt == int(p.gradient_checkpointing))
+        & (
+            np.array([QUANT_NAMES[q] for q in t.quant])
+            == (p.weight_precision if p.weight_precision not in ("bf16", "fp16") else "16-bit")
+        )
+    )[0]
+    if match.size != 1:
+        return [f"plan configuration not found among {len(t)} candidates of its offer"]
+    i = int(match[0])
+    problems = []
+    if not t.masks["compatibility"][i]:
+        problems.append("configuration not supported on this GPU")
+    if t.peak_gib[i] > t.usable_gib[i] + 1e-9:
+        problems.append(f"memory {t.peak_gib[i]:.2f} GiB exceeds usable {t.usable_gib[i]:.2f} GiB")
+    if not t.masks["memory"][i]:
+        problems.append("memory constraint fails")
+    if job.deadline_hours is not None and t.quantile_hours[i] > job.deadline_hours:
+        problems.append(f"finish {t.quantile_hours[i]:.2f} h exceeds deadline {job.deadline_hours} h")
+    if job.budget_usd is not None and int(t.total_cents[i]) > math.floor(job.budget_usd * 100 + 1e-6):
+        problems.append(f"cost {int(t.total_cents[i]) / 100:.2f} exceeds budget {job.budget_usd}")
+    if int(t.total_cents[i]) != round(p.total_cost_usd * 100):
+        problems.append(
+            f"recomputed cost {int(t.total_cents[i]) / 100:.2f} differs from plan {p.total_cost_usd:.2f}"
+        )
+    if round(sum(c.usd for c in p.cost_items) * 100) != round(p.total_cost_usd * 100):
+        problems.append("cost items do not sum to the total")
+    if p.micro_batch * p.grad_accum * p.n_gpus < job.global_batch_size:
+        problems.append("micro-batch x accumulation x GPUs is below the global batch")
+    return problems

@@ -1,0 +1,130 @@
+"""Every physical coefficient the estimators use, in one place, with its source.
+
+Nothing here was fitted yet unless `fitted_on` says so; the defaults are the values that
+../shared/docs/physics.md recommends, and the accuracy benchmarks in benchmarks/ report how far
+they are from measured runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Coefficient:
+    value: float
+    unit: str
+    source: str
+    fitted_on: str = "not fitted: literature value"
+
+
+GIB = 2**30
+
+# --- memory -------------------------------------------------------------------------------
+USABLE_MEMORY_FRACTION = Coefficient(
+    0.95,
+    "of nominal card memory",
+    "physics.md §5: require predicted peak <= ~95% of capacity (driver reserve and headroom)",
+)
+DYNAMIC_MARGIN = Coefficient(
+    0.10,
+    "fraction added to activations and logits",
+    "physics.md §5: ~10% multiplicative margin on the dynamic part",
+)
+ACTIVATION_SCALE = Coefficient(
+    1.0,
+    "x the Llama-style derivation c = 2(6 + 2kd/h + 4·I·topk/h) bytes·s·b·h per layer",
+    "physics.md §3.2 (c ≈ 41 for Llama-3; HF eager measured ≈ 56, stas00/ml-engineering)",
+)
+LOGITS_BYTES_PER_VALUE = Coefficient(
+    8.0,
+    "bytes per logit value (s·b·V)",
+    "physics.md §3.3: bf16 logits + fp32 upcast + fp32 softmax for backward, 6..10 bytes",
+)
+CUDA_CONTEXT_GIB = Coefficient(
+    0.9, "GiB per process", "physics.md §5: 0.47-0.92 GiB on A100 with PyTorch 2.1 (stas00)"
+)
+NCCL_GIB = Coefficient(
+    1.5, "GiB per process when n > 1", "physics.md §5: +~1.5 GiB after the first collective (stas00)"
+)
+ZERO3_GATHERED_LAYERS = Coefficient(
+    2.0, "decoder layers held unsharded", "physics.md §4: FSDP current + prefetched layer"
+)
+NF4_BYTES_PER_PARAM = Coefficient(
+    0.516, "bytes per quantized parameter (NF4 + double quant)", "physics.md §2.4, QLoRA paper §3"
+)
+INT8_BYTES_PER_PARAM = Coefficient(
+    1.0, "bytes per quantized parameter (LLM.int8)", "bitsandbytes Linear8bitLt int8 weights"
+)
+LORA_STATE_BYTES_PER_PARAM = Coefficient(
+    16.0,
+    "bytes per adapter parameter (fp32 weight, grad, AdamW m and v)",
+    "physics.md §2.3: PEFT upcasts adapters to fp32 (autocast_adapter_dtype=True)",
+)
+
+# --- throughput ---------------------------------------------------------------------------
+# Hardware utilization u on real tokens by GPU architecture (physics.md §8, recommended defaults).
+UTILIZATION_BY_ARCH: dict[str, Coefficient] = {
+    "Hopper": Coefficient(0.40, "of dense 16-bit peak", "physics.md §8: H100 0.40 single GPU"),
+    "Blackwell": Coefficient(
+        0.35,
+        "of dense 16-bit peak",
+        "assumption: below Hopper until measured (new kernels; physics.md §8 has no data)",
+    ),
+    "Ampere": Coefficient(0.45, "of dense 16-bit peak", "physics.md §8: A100 0.45, A6000-class 0.45"),
+    "Ada Lovelace": Coefficient(0.45, "of dense 16-bit peak", "physics.md §8: 4090/L40S-class 0.45"),
+    "default": Coefficient(
+        0.35,
+        "of dense 16-bit peak",
+        "assumption for Volta/Turing/AMD/Intel: no fine-tuning measurement in physics.md",
+    ),
+}
+QLORA_TIME_FACTOR = Coefficient(
+    1.3, "x LoRA time on the same GPU", "physics.md §7: default 1.3 (published 1.0-1.8)"
+)
+INT8_TIME_FACTOR = Coefficient(
+    3.0, "x LoRA time on the same GPU", "gpu_poor src/App.js bnb int8 factor 3.0 (estimators.md §2)"
+)
+OVERLAP_ETA = Coefficient(
+    0.85, "fraction of compute time that hides communication", "physics.md §9.3: η ≈ 0.8-0.9"
+)
+WEIGHT_STREAM_EFFICIENCY = Coefficient(
+    0.8, "of nominal memory bandwidth", "assumption: typical achieved HBM/GDDR fraction for large reads"
+)
+NVLINK_BUS_FRACTION = Coefficient(
+    0.77,
+    "x per-direction NVLink bandwidth as NCCL bus bandwidth",
+    "physics.md §9.2: A100 ~230 of 300 GB/s per direction",
+)
+PCIE_BUS_GB_PER_S = {
+    "pcie3": Coefficient(10.0, "GB/s", "physics.md §9.2 (Gen3 ~ half of Gen4's ~20)"),
+    "pcie4": Coefficient(20.0, "GB/s", "physics.md §9.2: PCIe Gen4 x16 ~20 [32]"),
+    "pcie5": Coefficient(40.0, "GB/s", "physics.md §9.2: PCIe Gen5 ~40 [64]"),
+    "consumer": Coefficient(10.0, "GB/s", "physics.md §9.2: GeForce without peer-to-peer ~10"),
+}
+INTER_NODE_EFFICIENCY = Coefficient(
+    0.8, "x NIC line rate as bus bandwidth", "physics.md §9.2: 100 GbE ≈ 10 GB/s"
+)
+DEFAULT_INTER_NODE_GBIT = Coefficient(100.0, "Gbit/s per node", "physics.md §9.2 (100 GbE), assumption")
+
+# --- start-up, checkpoints, storage -------------------------------------------------------
+ENVIRONMENT_SETUP_MINUTES = Coefficient(
+    3.0,
+    "minutes per attempt",
+    "assumption: image pull / pip install (prices-and-spot.md 2(c) gives only totals)",
+)
+LOAD_GB_PER_S = Coefficient(
+    1.0, "GB/s from local disk to GPU", "io.net FAQ (2026): 7B load to GPU 15-30 s unoptimized"
+)
+CHECKPOINT_WRITE_GB_PER_S = Coefficient(
+    1.0, "GB/s to a persistent volume", "assumption: network volume throughput; measure on the target cloud"
+)
+FULL_CHECKPOINT_BYTES_PER_PARAM = Coefficient(
+    14.0,
+    "bytes per parameter (bf16 weights + fp32 master and moments)",
+    "physics.md §10: resumable full-FT checkpoint 14-16 B/param",
+)
+LORA_CHECKPOINT_BYTES_PER_PARAM = Coefficient(
+    12.0, "bytes per adapter parameter (fp32 weights + AdamW moments)", "physics.md §2.3"
+)
+HOURS_PER_MONTH = 730.0

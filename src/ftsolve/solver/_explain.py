@@ -1,0 +1,127 @@
+"""Explanations: why a plan ranks where it does, and what to relax when nothing is feasible."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import combinations
+
+import numpy as np
+
+from ftsolve.solver._grid import CONSTRAINTS, CandidateTable
+from ftsolve.solver._job import METHODS, JobSpec
+from ftsolve.solver._plans import Infeasibility, Relaxation
+
+_NAMES = {
+    "compatibility": "hardware/software compatibility",
+    "memory": "memory fit",
+    "deadline": "the deadline",
+    "budget": "the budget",
+}
+
+
+def minimal_conflicts(table: CandidateTable) -> list[tuple[str, ...]]:
+    """All minimal sets of constraints that no candidate satisfies together (exact, 2^k masks)."""
+    names = [c for c in CONSTRAINTS if c in table.masks]
+    found: list[tuple[str, ...]] = []
+    for size in range(1, len(names) + 1):
+        for subset in combinations(names, size):
+            if any(set(f) <= set(subset) for f in found):
+                continue
+            together = np.logical_and.reduce([table.masks[c] for c in subset])
+            if not together.any():
+                found.append(subset)
+    return found
+
+
+def diagnose(
+    job: JobSpec,
+    table: CandidateTable,
+    rebuild: Callable[[JobSpec], CandidateTable],
+) -> Infeasibility:
+    """Explain an infeasible job: the conflicts, and the smallest relaxation of each requirement."""
+    if len(table) == 0:
+        return _empty_scope(job, table)
+    ruled_out = {c: int((~m).sum()) for c, m in table.masks.items()}
+    conflicts = minimal_conflicts(table)
+    relaxations: list[Relaxation] = []
+
+    others = table.feasible(ignore=("deadline",))
+    if job.deadline_hours is not None and others.any():
+        need = float(np.min(table.quantile_hours[others]))
+        need_up = np.ceil(need * 10) / 10
+        ok = others & (table.quantile_hours <= need_up)
+        cost = float(np.min(table.total_cents[ok])) / 100
+        relaxations.append(
+            Relaxation(
+                constraint="deadline",
+                change=f"deadline >= {need_up:.1f} h",
+                value=need_up,
+                plan_cost_usd=cost,
+            )
+        )
+    others = table.feasible(ignore=("budget",))
+    if job.budget_usd is not None and others.any():
+        need = float(np.min(table.total_cents[others])) / 100
+        relaxations.append(
+            Relaxation(
+                constraint="budget", change=f"budget >= {need:.2f} USD", value=need, plan_cost_usd=need
+            )
+        )
+    missing_methods = tuple(m for m in METHODS if m not in job.methods)
+    for method in missing_methods:
+        trial = rebuild(job.model_copy(update={"methods": (*job.methods, method)}))
+        ok = trial.feasible()
+        if ok.any():
+            cost = float(np.min(trial.total_cents[ok])) / 100
+            relaxations.append(
+                Relaxation(constraint="methods", change=f"allow {method}", value=None, plan_cost_usd=cost)
+            )
+    if len(job.markets) < 2:
+        trial = rebuild(job.model_copy(update={"markets": ("on-demand", "interruptible")}))
+        ok = trial.feasible()
+        if ok.any():
+            other = "interruptible" if job.markets == ("on-demand",) else "on-demand"
+            relaxations.append(
+                Relaxation(
+                    constraint="markets",
+                    change=f"allow {other}",
+                    value=None,
+                    plan_cost_usd=float(np.min(trial.total_cents[ok])) / 100,
+                )
+            )
+
+    parts = [" + ".join(_NAMES[c] for c in conf) for conf in conflicts]
+    summary = f"no plan meets every requirement: {'; '.join(parts) or 'constraints'} cannot all hold"
+    if len(conflicts) == 1 and len(conflicts[0]) == 1:
+        only = _NAMES[conflicts[0][0]]
+        summary = f"no plan meets every requirement: {only} rules out all {len(table)} candidates"
+    if relaxations:
+        summary += ". Relax one of: " + ", or ".join(
+            r.change + (f" (plan costs {r.plan_cost_usd:.2f} USD)" if r.plan_cost_usd is not None else "")
+            for r in relaxations
+        )
+    elif "memory" in {c for conf in conflicts for c in conf}:
+        summary += ". To fix: allow more GPUs (--max-gpus), a QLoRA method, or GPUs with more memory"
+    return Infeasibility(
+        summary=summary,
+        candidates=len(table),
+        ruled_out_by=ruled_out,
+        conflicts=tuple(conflicts),
+        relaxations=tuple(relaxations),
+    )
+
+
+def _empty_scope(job: JobSpec, table: CandidateTable) -> Infeasibility:
+    scope = table.scope
+    if scope.offers_in_scope == 0:
+        removed = ", ".join(f"{k} removed {v}" for k, v in scope.removed_by.items())
+        summary = (
+            f"no offer of the {scope.offers_total} in the catalog passes your filters ({removed}). "
+            "To fix: widen --provider/--region/--country/--gpu or allow both markets"
+        )
+    else:
+        summary = (
+            f"no candidate configuration: methods {', '.join(job.methods)} on {scope.offers_in_scope} "
+            f"offers within max_gpus={job.max_gpus}, max_nodes={job.max_nodes}"
+        )
+    return Infeasibility(summary=summary, candidates=0, ruled_out_by={}, conflicts=(), relaxations=())

@@ -1,0 +1,118 @@
+"""The job a user wants planned, validated at the boundary."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ftsolve._errors import InvalidJobSpec
+from ftsolve.catalog._models import ModelArch
+
+Method = Literal["full", "lora", "qlora"]
+Market = Literal["on-demand", "interruptible"]
+Optimizer = Literal["adamw", "adamw-bf16", "adamw-8bit", "sgd", "adafactor"]
+LoraTargets = Literal["all-linear", "attention", "mlp", "qv"]
+
+METHODS: tuple[Method, ...] = ("full", "lora", "qlora")
+MARKETS: tuple[Market, ...] = ("on-demand", "interruptible")
+
+EU_COUNTRIES = frozenset(
+    [
+        "AT",
+        "BE",
+        "BG",
+        "HR",
+        "CY",
+        "CZ",
+        "DK",
+        "EE",
+        "FI",
+        "FR",
+        "DE",
+        "GR",
+        "HU",
+        "IE",
+        "IT",
+        "LV",
+        "LT",
+        "LU",
+        "MT",
+        "NL",
+        "PL",
+        "PT",
+        "RO",
+        "SK",
+        "SI",
+        "ES",
+        "SE",
+    ]
+)
+# EEA members outside the EU: GDPR applies there too.
+EEA_COUNTRIES = EU_COUNTRIES | {"IS", "NO", "LI"}
+
+
+class JobSpec(BaseModel):
+    """A fine-tuning job: what to train, how much, and the limits a plan must respect."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str | ModelArch = Field(description="preset name (see `ftsolve models list`) or an architecture")
+    train_tokens: int = Field(gt=0, description="tokens to train on, all epochs together")
+    seq_len: int = Field(gt=0, le=1_048_576, description="sequence length in tokens")
+    global_batch_size: int = Field(default=16, gt=0, description="sequences per optimizer step")
+    methods: tuple[Method, ...] = METHODS
+    optimizer: Optimizer = "adamw"
+    lora_rank: int = Field(default=16, gt=0, le=4096)
+    lora_targets: LoraTargets = "all-linear"
+    deadline_hours: float | None = Field(default=None, gt=0)
+    budget_usd: float | None = Field(default=None, gt=0)
+    deadline_confidence: float = Field(default=0.9, ge=0.5, lt=1.0)
+    markets: tuple[Market, ...] = MARKETS
+    providers: tuple[str, ...] | None = None
+    regions: tuple[str, ...] | None = None
+    countries: tuple[str, ...] | None = None
+    eu_only: bool = Field(default=False, description="only offers in EU/EEA countries (GDPR residency)")
+    gpus: tuple[str, ...] | None = Field(default=None, description="allowed canonical GPU ids")
+    max_gpus: int = Field(default=64, gt=0, le=4096)
+    max_nodes: int = Field(default=4, gt=0, le=512)
+    real_token_fraction: float = Field(
+        default=1.0, gt=0, le=1.0, description="share of real (non-padding) tokens; 1.0 when packed"
+    )
+    download_mb_per_s: float = Field(default=200.0, gt=0, description="base-model download bandwidth")
+    dataset_gb: float = Field(default=1.0, ge=0)
+    retention_days: float = Field(default=7.0, ge=0, description="days volumes are kept after the run")
+
+    @field_validator("methods", "markets")
+    @classmethod
+    def _non_empty(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("must allow at least one value")
+        return tuple(dict.fromkeys(v))
+
+    @field_validator("countries")
+    @classmethod
+    def _upper(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if v is None else tuple(c.upper() for c in v)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSpec:
+        if self.max_gpus < 1 or self.max_nodes < 1:
+            raise ValueError("max_gpus and max_nodes must be positive")
+        return self
+
+    @classmethod
+    def build(cls, **fields: object) -> JobSpec:
+        """Validate user input, turning pydantic's report into one InvalidJobSpec line."""
+        try:
+            return cls.model_validate(fields)
+        except ValidationError as exc:
+            raise InvalidJobSpec(describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "job"
+    value = first.get("input")
+    shown = f" (got {value!r})" if not isinstance(value, dict) else ""
+    return f"invalid {field}: {first['msg']}{shown}"

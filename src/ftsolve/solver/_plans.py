@@ -1,0 +1,113 @@
+"""What the planner returns: plans with their breakdowns, and the diagnosis when none exists."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ftsolve.catalog._models import Offer
+from ftsolve.solver._job import JobSpec
+
+SCHEMA_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MemoryBreakdown(_Frozen):
+    """Predicted peak memory per GPU, by component, in GiB."""
+
+    components_gib: dict[str, float]
+    peak_gib: float
+    usable_gib: float
+    card_gib: float
+
+    @property
+    def slack_gib(self) -> float:
+        return self.usable_gib - self.peak_gib
+
+
+class TimeBreakdown(_Frozen):
+    """Predicted wall-clock time by phase, in hours."""
+
+    tokens_per_s: float = Field(description="processed tokens per second, all GPUs together")
+    step_s: float
+    training_hours: float
+    startup_hours: float
+    checkpoint_hours: float
+    preemption_rework_hours: float
+    expected_hours: float
+    quantile_hours: float = Field(description="finish time not exceeded with the job's confidence")
+    confidence: float
+    checkpoint_interval_hours: float | None
+    interruption_rate_per_hour: float | None
+
+
+class CostItem(_Frozen):
+    name: str
+    usd: float
+    detail: str
+
+
+class Plan(_Frozen):
+    """One complete, runnable decision with its numbers and why it ranks where it does."""
+
+    rank: int
+    offer: Offer
+    gpu: str
+    n_gpus: int
+    nodes: int
+    method: Literal["full", "lora", "qlora"]
+    weight_precision: str
+    optimizer: str
+    sharding: str
+    gradient_checkpointing: bool
+    micro_batch: int
+    grad_accum: int
+    market: Literal["on-demand", "interruptible"]
+    price_usd_per_gpu_hour: float
+    price_date: dt.date
+    memory: MemoryBreakdown
+    time: TimeBreakdown
+    cost_items: tuple[CostItem, ...]
+    total_cost_usd: float
+    binding_constraints: tuple[str, ...]
+    why: str
+    assumptions: tuple[str, ...]
+
+
+class Relaxation(_Frozen):
+    """The smallest change to one requirement that yields a plan, and that plan's cost."""
+
+    constraint: str
+    change: str
+    value: float | None
+    plan_cost_usd: float | None
+
+
+class Infeasibility(_Frozen):
+    """Why no candidate satisfies every constraint."""
+
+    summary: str
+    candidates: int
+    ruled_out_by: dict[str, int] = Field(description="candidates that fail each constraint")
+    conflicts: tuple[tuple[str, ...], ...] = Field(
+        description="minimal sets of constraints that no candidate meets together"
+    )
+    relaxations: tuple[Relaxation, ...]
+
+
+class PlanSet(_Frozen):
+    """Ranked plans for one job."""
+
+    schema_version: int = SCHEMA_VERSION
+    job: JobSpec
+    model_params_b: float
+    engine: str
+    candidates: int
+    feasible: int
+    plans: tuple[Plan, ...]
+    price_dates: tuple[dt.date, dt.date] = Field(description="oldest and newest price date in scope")

@@ -1,0 +1,140 @@
+"""Training throughput and step time (physics.md §7-9), vectorized over configurations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ftsolve.catalog._models import GpuSpec
+from ftsolve.solver import _coefficients as k
+from ftsolve.solver._memory import (
+    DDP,
+    FULL,
+    Q4,
+    Q8,
+    ZERO1,
+    ZERO2,
+    ZERO3,
+    ModelSizes,
+    base_weight_bytes,
+)
+
+F = NDArray[np.float64]
+I = NDArray[np.int64]
+
+
+def flops_per_token(sizes: ModelSizes, seq_len: int, method: I, ckpt: I) -> F:
+    """Hardware FLOPs per trained token, recompute included (physics.md §7).
+
+    Full FT: 6·N_f; LoRA/QLoRA: 4·N_f + 6·P_L (no weight-gradient matmul for frozen weights);
+    gradient checkpointing adds one forward. Attention scores and AV with a causal flash
+    kernel: 2·L·s·q_dim forward, three times that forward + backward.
+    """
+    nf = sizes.matmul_params_active
+    attn_fwd = 2.0 * sizes.layers * seq_len * sizes.q_dim
+    dense = np.where(method == FULL, 6.0 * nf, 4.0 * nf + 6.0 * sizes.lora_params)
+    recompute = np.where(ckpt == 1, 2.0 * nf + attn_fwd, 0.0)
+    return dense + 3.0 * attn_fwd + recompute
+
+
+def utilization(gpu: GpuSpec) -> k.Coefficient:
+    return k.UTILIZATION_BY_ARCH.get(gpu.architecture, k.UTILIZATION_BY_ARCH["default"])
+
+
+def intra_node_bus_gb_per_s(gpu: GpuSpec) -> float:
+    """NCCL bus bandwidth between GPUs of one node (physics.md §9.2)."""
+    if gpu.has_nvlink_fabric and gpu.nvlink_bandwidth_gb_per_s:
+        return k.NVLINK_BUS_FRACTION.value * gpu.nvlink_bandwidth_gb_per_s / 2.0
+    if gpu.has_nvlink_fabric:  # AMD/Intel OAM fabrics: no per-direction figure in gpus.csv
+        return k.PCIE_BUS_GB_PER_S["pcie5"].value * 4
+    if (
+        gpu.name.startswith("rtx-")
+        and "ada" not in gpu.name
+        and "a6000" not in gpu.name
+        and "pro" not in gpu.name
+    ):
+        return k.PCIE_BUS_GB_PER_S["consumer"].value
+    for gen in ("pcie5", "pcie4", "pcie3"):
+        if gen in gpu.interconnect:
+            return k.PCIE_BUS_GB_PER_S[gen].value
+    return k.PCIE_BUS_GB_PER_S["pcie4"].value
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Per-configuration step time and its parts (seconds), and tokens per second overall."""
+
+    compute_s: F
+    comm_s: F
+    exposed_comm_s: F
+    optimizer_s: F
+    step_s: F
+    tokens_per_step: F
+    tokens_per_s: F
+    utilization: F
+
+
+def step_time(
+    sizes: ModelSizes,
+    seq_len: int,
+    optimizer_state_bytes: F,
+    method: I,
+    quant: I,
+    shard: I,
+    ckpt: I,
+    n_gpus: I,
+    micro_batch: I,
+    grad_accum: I,
+    peak_tflops: F,
+    util: F,
+    mem_bw_gb_per_s: F,
+    bus_gb_per_s: F,
+) -> StepTime:
+    """Time of one optimizer step on n GPUs (data parallel over all of them)."""
+    n = n_gpus.astype(np.float64)
+    b = micro_batch.astype(np.float64)
+    m = grad_accum.astype(np.float64)
+    tokens_mb = b * seq_len
+    flops_mb = tokens_mb * flops_per_token(sizes, seq_len, method, ckpt)
+    compute = flops_mb / (peak_tflops * 1e12 * util)
+    # Roofline: every pass streams the (unsharded) weights once; small micro-batches are
+    # bandwidth-bound (physics.md §8).
+    passes = 2.0 + ckpt
+    weight_bytes = np.where(method == FULL, sizes.total_params * 2.0, base_weight_bytes(sizes, method, quant))
+    stream = passes * weight_bytes / (mem_bw_gb_per_s * 1e9 * k.WEIGHT_STREAM_EFFICIENCY.value)
+    per_mb = np.maximum(compute, stream)
+    factor = np.select([quant == Q4, quant == Q8], [k.QLORA_TIME_FACTOR.value, k.INT8_TIME_FACTOR.value], 1.0)
+    per_mb = per_mb * np.where(method == FULL, 1.0, factor)
+
+    # Communication per step, bytes per GPU (physics.md §9.1, ring collectives).
+    ring = np.where(n > 1, (n - 1.0) / n, 0.0)
+    psi_train = np.where(method == FULL, sizes.total_params * 2.0, sizes.lora_params * 4.0)
+    psi_base = weight_bytes
+    dp_volume = 2.0 * ring * psi_train
+    zero2_volume = (m + 1.0) * ring * psi_train
+    # ZeRO-3: gather forward + gather backward (+ gather for recompute) and reduce-scatter grads.
+    zero3_volume = m * ring * ((2.0 + ckpt) * psi_base + psi_train)
+    volume = np.select(
+        [shard == DDP, shard == ZERO1, shard == ZERO2, shard == ZERO3],
+        [dp_volume, dp_volume, zero2_volume, zero3_volume],
+        0.0,
+    )
+    comm = volume / (bus_gb_per_s * 1e9)
+    compute_step = m * per_mb
+    exposed = np.maximum(0.0, comm - k.OVERLAP_ETA.value * compute_step)
+    # Optimizer step: read and write the local optimizer states and weights once.
+    opt = 2.0 * optimizer_state_bytes / (mem_bw_gb_per_s * 1e9 * k.WEIGHT_STREAM_EFFICIENCY.value)
+    step = compute_step + exposed + opt
+    tokens_step = tokens_mb * m * n
+    return StepTime(
+        compute_s=compute_step,
+        comm_s=comm,
+        exposed_comm_s=exposed,
+        optimizer_s=opt,
+        step_s=step,
+        tokens_per_step=tokens_step,
+        tokens_per_s=tokens_step / step,
+        utilization=util,
+    )

@@ -1,0 +1,103 @@
+"""Property tests: the two engines agree, every plan re-checks, rankings are sorted and stable."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from strategies import catalog_of, jobs, offer_lists
+
+import ftsolve
+from ftsolve import Catalog, JobSpec, NoFeasiblePlan, Offer
+
+
+def _run(job: JobSpec, catalog: Catalog, engine: str) -> ftsolve.PlanSet | None:
+    try:
+        return ftsolve.plan(job, catalog, engine=engine, top=4)
+    except NoFeasiblePlan:
+        return None
+
+
+@given(jobs(), offer_lists())
+def test_engines_agree_on_ranked_costs_and_infeasibility(job: JobSpec, offers: tuple[Offer, ...]) -> None:
+    catalog = catalog_of(offers)
+    scan = _run(job, catalog, "scan")
+    cpsat = _run(job, catalog, "cpsat")
+    assert (scan is None) == (cpsat is None)
+    if scan is not None and cpsat is not None:
+        assert [p.total_cost_usd for p in scan.plans] == [p.total_cost_usd for p in cpsat.plans]
+        assert [p.offer.key for p in scan.plans] == [p.offer.key for p in cpsat.plans]
+
+
+@given(jobs(), offer_lists())
+def test_every_plan_passes_check_plan_and_ranking_is_sorted(job: JobSpec, offers: tuple[Offer, ...]) -> None:
+    catalog = catalog_of(offers)
+    result = _run(job, catalog, "scan")
+    if result is None:
+        return
+    costs = [p.total_cost_usd for p in result.plans]
+    assert costs == sorted(costs)
+    for p in result.plans:
+        assert ftsolve.check_plan(job, catalog, p) == []
+        assert p.memory.peak_gib <= p.memory.usable_gib
+        if job.deadline_hours is not None:
+            assert p.time.quantile_hours <= job.deadline_hours
+        if job.budget_usd is not None:
+            assert p.total_cost_usd <= job.budget_usd
+    # Diversity: no two plans share GPU type, method and market.
+    keys = [(p.gpu, p.method, p.market) for p in result.plans]
+    assert len(keys) == len(set(keys))
+
+
+@given(jobs(), offer_lists())
+def test_same_inputs_same_json(job: JobSpec, offers: tuple[Offer, ...]) -> None:
+    catalog = catalog_of(offers)
+    a, b = _run(job, catalog, "cpsat"), _run(job, catalog, "cpsat")
+    assert (a is None) == (b is None)
+    if a is not None and b is not None:
+        assert a.model_dump_json() == b.model_dump_json()
+
+
+@given(jobs(), offer_lists())
+def test_infeasible_diagnosis_names_a_real_conflict(job: JobSpec, offers: tuple[Offer, ...]) -> None:
+    catalog = catalog_of(offers)
+    try:
+        ftsolve.plan(job, catalog)
+    except NoFeasiblePlan as exc:
+        inf = exc.infeasibility
+        assert inf.summary
+        # Each quoted budget/deadline relaxation, applied, yields a plan at the quoted cost.
+        for r in inf.relaxations:
+            if r.constraint == "budget":
+                relaxed = job.model_copy(update={"budget_usd": r.value})
+            elif r.constraint == "deadline":
+                relaxed = job.model_copy(update={"deadline_hours": r.value})
+            else:
+                continue
+            best = ftsolve.plan(relaxed, catalog, top=1).plans[0]
+            assert best.total_cost_usd == pytest.approx(r.plan_cost_usd)
+
+
+def test_bundled_catalog_plans_the_readme_job() -> None:
+    job = JobSpec(
+        model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, deadline_hours=24, budget_usd=300
+    )
+    catalog = ftsolve.load_catalog()
+    scan = ftsolve.plan(job, catalog, engine="scan")
+    cpsat = ftsolve.plan(job, catalog, engine="cpsat")
+    assert [p.total_cost_usd for p in scan.plans] == [p.total_cost_usd for p in cpsat.plans]
+    assert len(scan.plans) == 5
+    for p in scan.plans:
+        assert ftsolve.check_plan(job, catalog, p) == []
+        assert sum(c.usd for c in p.cost_items) == pytest.approx(p.total_cost_usd, abs=0.005)
+
+
+def test_tiny_budget_is_infeasible_and_names_the_budget() -> None:
+    job = JobSpec(
+        model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, deadline_hours=24, budget_usd=0.01
+    )
+    with pytest.raises(NoFeasiblePlan) as info:
+        ftsolve.plan(job)
+    inf = info.value.infeasibility
+    assert any("budget" in c for c in inf.conflicts)
+    budget = next(r for r in inf.relaxations if r.constraint == "budget")
+    assert budget.value is not None and budget.value > 0.01

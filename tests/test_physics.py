@@ -1,0 +1,132 @@
+"""Parameter, memory and FLOP arithmetic pinned to the worked numbers in physics.md."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ftsolve
+from ftsolve.solver._memory import DDP, FULL, LORA, NONE, Q4, Q16, QLORA, ZERO3, ModelSizes, memory_terms
+from ftsolve.solver._throughput import flops_per_token
+
+CAT = ftsolve.load_catalog()
+L8, L70 = CAT.model("llama-3.1-8b"), CAT.model("llama-3.1-70b")
+
+
+def _a(x: int) -> np.ndarray:
+    return np.array([x], dtype=np.int64)
+
+
+def test_parameter_counts_match_physics_table() -> None:
+    # physics.md §1 table
+    assert L8.attention_params_per_layer() == 41_943_040
+    assert L8.mlp_params_per_layer() == 176_160_768
+    assert L8.total_params() == 8_030_261_248
+    assert L70.attention_params_per_layer() == 150_994_944
+    assert L70.mlp_params_per_layer() == 704_643_072
+    assert L70.total_params() == 70_553_706_496
+    assert L8.matmul_params() == pytest.approx(7.505e9, rel=1e-3)
+    assert L70.matmul_params() == pytest.approx(69.503e9, rel=1e-3)
+
+
+def test_moe_total_and_active_params() -> None:
+    mix = CAT.model("mixtral-8x7b")  # physics.md §1: 46.7B total, 12.9B active
+    assert mix.total_params() / 1e9 == pytest.approx(46.7, rel=0.005)
+    active = (
+        mix.total_params()
+        - mix.num_layers * (mix.num_experts - mix.experts_per_token) * mix.expert_mlp_params()
+    )
+    assert active / 1e9 == pytest.approx(12.9, rel=0.01)
+
+
+@pytest.mark.parametrize("preset", [m.name for m in CAT.models.values()])
+def test_every_preset_matches_its_published_count(preset: str) -> None:
+    m = CAT.model(preset)
+    assert m.published_params_b is not None
+    assert m.total_params() / 1e9 == pytest.approx(m.published_params_b, rel=0.005)
+
+
+def test_lora_parameters_r16_all_linear() -> None:
+    # physics.md §2.3: 1,310,720 per layer / 41.9M (8B); 2,588,672 / 207.1M (70B)
+    assert L8.lora_params(16, "all-linear") == 1_310_720 * 32
+    assert L70.lora_params(16, "all-linear") == 2_588_672 * 80
+
+
+def _terms(
+    arch: ftsolve.ModelArch, method: int, quant: int, shard: int, ckpt: int, n: int, opt: str = "adamw"
+):
+    sizes = ModelSizes.of(arch, 16, "all-linear")
+    return memory_terms(sizes, opt, 2048, _a(method), _a(quant), _a(shard), _a(ckpt), _a(n))
+
+
+def test_model_states_match_worked_totals() -> None:
+    # physics.md §6: 8B full 16 B/param on one GPU = 128.5 GB of states
+    t = _terms(L8, FULL, Q16, NONE, 0, 1)
+    states = sum(float(t.static[c][0]) for c in ("weights", "gradients", "optimizer"))
+    assert states / 1e9 == pytest.approx(128.5, rel=0.002)
+    # pure bf16 regime: 64.2 GB
+    t = _terms(L8, FULL, Q16, NONE, 0, 1, "adamw-bf16")
+    states = sum(float(t.static[c][0]) for c in ("weights", "gradients", "optimizer"))
+    assert states / 1e9 == pytest.approx(64.2, rel=0.002)
+    # ZeRO-3 over 8 GPUs: 16.1 GB per GPU
+    t = _terms(L8, FULL, Q16, ZERO3, 0, 8)
+    states = sum(float(t.static[c][0]) for c in ("weights", "gradients", "optimizer"))
+    assert states / 1e9 == pytest.approx(16.06, rel=0.005)
+
+
+def test_qlora_and_lora_base_weights() -> None:
+    # physics.md §2.4: QLoRA base 5.70 GB (8B) and 39.52 GB (70B); bf16 base 16.06 / 141.11 GB
+    assert float(_terms(L8, QLORA, Q4, NONE, 0, 1).static["weights"][0]) / 1e9 == pytest.approx(
+        5.70, abs=0.02
+    )
+    assert float(_terms(L70, QLORA, Q4, NONE, 0, 1).static["weights"][0]) / 1e9 == pytest.approx(
+        39.52, abs=0.05
+    )
+    assert float(_terms(L8, LORA, Q16, NONE, 0, 1).static["weights"][0]) / 1e9 == pytest.approx(
+        16.06, abs=0.01
+    )
+    # adapter states, fp32 + AdamW: 0.67 GB (8B) and 3.31 GB (70B)
+    lora8 = _terms(L8, LORA, Q16, NONE, 0, 1).static
+    adapter8 = sum(float(lora8[c][0]) for c in ("adapters", "gradients", "optimizer"))
+    assert adapter8 / 1e9 == pytest.approx(0.67, abs=0.01)
+    lora70 = _terms(L70, LORA, Q16, NONE, 0, 1).static
+    adapter70 = sum(float(lora70[c][0]) for c in ("adapters", "gradients", "optimizer"))
+    assert adapter70 / 1e9 == pytest.approx(3.31, abs=0.02)
+
+
+def test_activation_coefficient_and_checkpointing() -> None:
+    # physics.md §3.2: c = 2(6 + 2kd/h + 4I/h) ≈ 41 bytes·s·b·h per layer. The doc rounds the
+    # K/V term to 0.5 for both sizes; exactly, 2kd/h is 0.5 for 8B and 0.25 for 70B.
+    assert ModelSizes.of(L8, 16, "all-linear").activation_units == pytest.approx(41.0)
+    assert ModelSizes.of(L70, 16, "all-linear").activation_units == pytest.approx(40.5)
+    # §3.5: lean c=41 → 11.0 GB (8B) no checkpointing; ~0.54 GB stored inputs + one layer with it
+    act = float(_terms(L8, FULL, Q16, NONE, 0, 1).per_sample["activations"][0])
+    assert act / 1e9 == pytest.approx(11.0, rel=0.01)
+    act_ckpt = float(_terms(L8, FULL, Q16, NONE, 1, 1).per_sample["activations"][0])
+    assert act_ckpt / 1e9 == pytest.approx(0.54 + 0.344, abs=0.01)
+    act70 = float(_terms(L70, FULL, Q16, NONE, 0, 1).per_sample["activations"][0])
+    assert act70 / 1e9 == pytest.approx(55.0 * 40.5 / 41, rel=0.005)
+
+
+def test_ddp_adds_gradient_buckets_zero3_adds_gathered_layers() -> None:
+    ddp = _terms(L8, FULL, Q16, DDP, 1, 2).static
+    assert float(ddp["ddp_buckets"][0]) == pytest.approx(L8.total_params() * 2.0)
+    z3 = _terms(L8, FULL, Q16, ZERO3, 1, 8).static
+    layer = L8.attention_params_per_layer() + L8.mlp_params_per_layer()
+    assert float(z3["gathered_shards"][0]) == pytest.approx(
+        2 * layer * 2 + L8.vocab_size * L8.hidden_size * 2
+    )
+
+
+def test_flops_per_token_match_worked_numbers() -> None:
+    # physics.md §7 (s=2048): 8B full 45.0 G (+1.6 G attention), +ckpt 60.0 G; LoRA 30.3 G, +ckpt 45.3 G
+    sizes = ModelSizes.of(L8, 16, "all-linear")
+    attn = 1.61e9
+    assert float(flops_per_token(sizes, 2048, _a(FULL), _a(0))[0]) == pytest.approx(45.0e9 + attn, rel=0.005)
+    assert float(flops_per_token(sizes, 2048, _a(LORA), _a(0))[0]) == pytest.approx(30.3e9 + attn, rel=0.005)
+    full_ckpt = float(flops_per_token(sizes, 2048, _a(FULL), _a(1))[0])
+    assert full_ckpt == pytest.approx(60.0e9 + attn * 4 / 3, rel=0.005)
+    sizes70 = ModelSizes.of(L70, 16, "all-linear")
+    assert float(flops_per_token(sizes70, 2048, _a(FULL), _a(0))[0]) == pytest.approx(
+        417e9 + 8.1e9, rel=0.005
+    )
