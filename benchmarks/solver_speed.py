@@ -1,0 +1,103 @@
+"""Solver speed: candidate-table build time, engine time and peak memory, per catalog size.
+
+    python benchmarks/solver_speed.py [--sizes 1000,10000] [--repeat 3]
+
+Prints one row per (catalog, engine). Times are the best of `--repeat` warm runs; peak memory
+is Python-level (tracemalloc) during one build + solve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import random
+import time
+import tracemalloc
+from collections.abc import Callable
+
+import ftsolve
+from ftsolve import Catalog, JobSpec, Offer
+from ftsolve.solver._engines import ENGINES
+from ftsolve.solver._grid import build_candidates
+
+
+def synthetic(base: Catalog, n: int, seed: int = 0) -> Catalog:
+    rng = random.Random(seed)
+    gpus = [g for g, spec in base.gpus.items() if spec.tensor_tflops]
+    offers = []
+    for i in range(n):
+        od = rng.uniform(0.2, 8.0)
+        offers.append(
+            Offer(
+                provider=rng.choice(["p1", "p2", "p3", "aws", "runpod", "lambda"]),
+                tier="t",
+                instance_type=f"i{i}",
+                gpu=rng.choice(gpus),
+                source_gpu_name="x",
+                gpus_per_node=rng.choice([1, 2, 4, 8]),
+                on_demand_usd_per_gpu_hour=round(od, 4),
+                interruptible_usd_per_gpu_hour=round(od * rng.uniform(0.2, 0.9), 4)
+                if rng.random() < 0.5
+                else None,
+                region=f"r{rng.randrange(20)}",
+                country=rng.choice(["US", "FI", "DE"]),
+                price_date=dt.date(2026, 10, 1),
+                source="synthetic",
+            )
+        )
+    return Catalog(gpus=base.gpus, offers=tuple(offers), models=base.models)
+
+
+def best_of(repeat: int, fn: Callable[..., object], *args: object, **kwargs: object) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn(*args, **kwargs)
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1000,10000")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    job = JobSpec(
+        model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, deadline_hours=24, budget_usd=300
+    )
+    t0 = time.perf_counter()
+    base = ftsolve.load_catalog()
+    load_s = time.perf_counter() - t0
+    cats = [("bundled", base)] + [
+        (f"synthetic {n}", synthetic(base, n)) for n in map(int, args.sizes.split(","))
+    ]
+    print(f"catalog load (cold, bundled): {load_s * 1000:.1f} ms")
+    print(
+        f"{'catalog':18s} {'offers':>7s} {'candidates':>10s} {'engine':>6s} {'build ms':>9s} "
+        f"{'solve ms':>9s} {'plan() ms':>9s} {'peak MiB':>9s} {'solve/scan':>10s}"
+    )
+    for name, cat in cats:
+        build_candidates(job, cat)  # warm
+        build_s = best_of(args.repeat, build_candidates, job, cat)
+        table = build_candidates(job, cat)
+        f = table.feasible()
+        scan_solve = None
+        for engine in ("scan", "cpsat"):
+            eng = ENGINES[engine]()
+            solve_s = best_of(
+                args.repeat, eng.rank, table.total_cents, table.tie_rank, table.group, f, 5, True
+            )
+            scan_solve = scan_solve or solve_s
+            total_s = best_of(args.repeat, ftsolve.plan, job, cat, engine=engine)
+            tracemalloc.start()
+            ftsolve.plan(job, cat, engine=engine)
+            peak = tracemalloc.get_traced_memory()[1] / 2**20
+            tracemalloc.stop()
+            print(
+                f"{name:18s} {len(cat.offers):7d} {len(table):10d} {engine:>6s} {build_s * 1000:9.1f} "
+                f"{solve_s * 1000:9.2f} {total_s * 1000:9.1f} {peak:9.1f} {solve_s / scan_solve:10.1f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
