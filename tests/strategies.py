@@ -58,7 +58,18 @@ def jobs(draw: st.DrawFn) -> JobSpec:
         methods=draw(st.sampled_from([("full", "lora", "qlora"), ("lora",), ("full",), ("qlora", "lora")])),
         deadline_hours=draw(st.one_of(st.none(), st.floats(0.5, 200.0))),
         budget_usd=draw(st.one_of(st.none(), st.floats(1.0, 2000.0))),
-        markets=draw(st.sampled_from([("on-demand", "interruptible"), ("on-demand",), ("interruptible",)])),
+        markets=draw(
+            st.sampled_from(
+                [
+                    ("on-demand", "interruptible", "fallback"),
+                    ("on-demand",),
+                    ("interruptible",),
+                    ("fallback",),
+                ]
+            )
+        ),
+        trial_runs=draw(st.sampled_from([0, 0, 2])),
+        failure_probability=draw(st.sampled_from([0.0, 0.0, 0.2])),
         max_gpus=draw(st.sampled_from([1, 8, 16])),
         max_nodes=draw(st.sampled_from([1, 2])),
     )

@@ -1,5 +1,6 @@
 """GPU hardware, rentable offers and model architectures, with source and date on every figure."""
 
+from ftsolve.catalog._hf import arch_from_config, load_config_json
 from ftsolve.catalog._load import Catalog, load_catalog, load_gpus, parse_offers
 from ftsolve.catalog._models import GpuSpec, ModelArch, Offer
 from ftsolve.catalog._names import resolve_gpu
@@ -13,7 +14,9 @@ __all__ = [
     "ModelArch",
     "Offer",
     "ProviderDefaults",
+    "arch_from_config",
     "load_catalog",
+    "load_config_json",
     "load_gpus",
     "parse_offers",
     "provider_defaults",

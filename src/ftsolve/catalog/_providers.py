@@ -26,6 +26,8 @@ class ProviderDefaults(BaseModel):
     interruption_source: str
     inter_node_gbit_per_s: float | None
     network_source: str
+    egress_usd_per_gb: float = 0.0
+    egress_source: str = "assumption: no egress fee published for this provider"
 
 
 _SPOT_TRACE = (
@@ -42,6 +44,10 @@ _POD_PROVISION = (
     "prices-and-spot.md 2(c): RunPod container cold start 0.4-2.0 min (600me benchmark 2026-10-19)"
 )
 _NO_NET = "not published in the catalog snapshot; multi-node plans assume 100 GbE (physics.md 9.2)"
+
+
+def _egress(d: ProviderDefaults, usd: float, source: str) -> ProviderDefaults:
+    return d.model_copy(update={"egress_usd_per_gb": usd, "egress_source": source})
 
 
 def _d(
@@ -162,6 +168,23 @@ _MARKETPLACES = {"shadeform", "primeintellect", "tensordock", "vast", "runpod"}
 FALLBACK_STORAGE_USD_PER_GB_MONTH = 0.08
 FALLBACK_STORAGE_SOURCE = (
     "assumption: $0.08/GB-mo, median of documented provider storage prices (prices-and-spot.md 2(b))"
+)
+
+
+# Internet egress of the trained weights. Hyperscaler list prices are background knowledge, not
+# re-checked in a stored source (prices-and-spot.md has none); Lambda and CoreWeave publish no
+# egress fee (prices-and-spot.md 2(b)).
+_UNVERIFIED = "list price for data transfer out, first tier (background knowledge, unverified)"
+PROVIDER_DEFAULTS["aws"] = _egress(PROVIDER_DEFAULTS["aws"], 0.09, "AWS " + _UNVERIFIED)
+PROVIDER_DEFAULTS["gcp"] = _egress(PROVIDER_DEFAULTS["gcp"], 0.12, "GCP " + _UNVERIFIED)
+PROVIDER_DEFAULTS["azure"] = _egress(PROVIDER_DEFAULTS["azure"], 0.087, "Azure " + _UNVERIFIED)
+PROVIDER_DEFAULTS["lambda"] = _egress(
+    PROVIDER_DEFAULTS["lambda"],
+    0.0,
+    "Lambda publishes no egress fees (api-evangelist lambda-labs, 2026-09-20)",
+)
+PROVIDER_DEFAULTS["coreweave"] = _egress(
+    PROVIDER_DEFAULTS["coreweave"], 0.0, "CoreWeave: egress free (docs.coreweave.com, read 2026-09-20)"
 )
 
 

@@ -69,7 +69,23 @@ def cli() -> None:
     show_default=True,
     help="Probability the deadline must hold with.",
 )
-@click.option("--markets", default="on-demand,interruptible", show_default=True)
+@click.option(
+    "--markets",
+    default="on-demand,interruptible,fallback",
+    show_default=True,
+    help="fallback = interruptible first, then on-demand to keep the deadline.",
+)
+@click.option("--trials", type=int, default=0, show_default=True, help="Trial runs before the final run.")
+@click.option(
+    "--trial-fraction", type=float, default=0.05, show_default=True, help="Share of the data per trial."
+)
+@click.option(
+    "--failure-prob",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Probability a run fails and is restarted.",
+)
 @click.option("--provider", "providers", help="Allowed providers, comma-separated.")
 @click.option("--region", "regions", help="Allowed regions, comma-separated.")
 @click.option("--country", "countries", help="Allowed ISO country codes, comma-separated.")
@@ -96,6 +112,9 @@ def plan_cmd(
     budget: str | None,
     confidence: float,
     markets: str,
+    trials: int,
+    trial_fraction: float,
+    failure_prob: float,
     providers: str | None,
     regions: str | None,
     countries: str | None,
@@ -121,6 +140,9 @@ def plan_cmd(
         budget_usd=parse_usd(budget) if budget else None,
         deadline_confidence=confidence,
         markets=_csv(markets),
+        trial_runs=trials,
+        trial_fraction=trial_fraction,
+        failure_probability=failure_prob,
         providers=_csv(providers),
         regions=_csv(regions),
         countries=_csv(countries),

@@ -49,7 +49,7 @@ def render_plans(ps: PlanSet) -> None:
         )
     for p in ps.plans:
         hours = f"{p.time.expected_hours:.1f}"
-        if p.market == "interruptible":
+        if p.market != "on-demand":
             hours += f" (p{p.time.confidence * 100:.0f} {p.time.quantile_hours:.1f})"
         t.add_row(
             str(p.rank),
@@ -59,7 +59,7 @@ def render_plans(ps: PlanSet) -> None:
             p.weight_precision,
             p.sharding,
             "on" if p.gradient_checkpointing else "off",
-            p.market,
+            p.market if p.market != "fallback" else f"fallback ({p.time.interruptible_fraction:.0%} spot)",
             f"{p.memory.peak_gib:.1f}/{p.memory.usable_gib:.0f}",
             hours,
             f"{p.total_cost_usd:.2f}",
@@ -67,6 +67,23 @@ def render_plans(ps: PlanSet) -> None:
     con.print(t)
     for p in ps.plans:
         con.print(f"  {p.rank}. {p.why}")
+    best = ps.plans[0]
+    items = ", ".join(f"{c.name} {c.usd:.2f}" for c in best.cost_items)
+    con.print(f"Plan 1 cost breakdown (USD): {items} = {best.total_cost_usd:.2f}")
+    tb = best.time
+    phases = (
+        f"training {tb.training_hours:.2f} h, start-up {tb.startup_hours:.2f} h, "
+        f"checkpoints {tb.checkpoint_hours:.2f} h"
+    )
+    if tb.preemption_rework_hours:
+        phases += f", expected rework {tb.preemption_rework_hours:.2f} h"
+    if tb.checkpoint_interval_hours is not None:
+        phases += (
+            f"; checkpoint every {tb.checkpoint_interval_hours:.2f} h "
+            f"at {tb.interruption_rate_per_hour or 0:.2g} preemptions/h"
+        )
+    con.print(f"Plan 1 time: {phases}; {tb.tokens_per_s:,.0f} tokens/s")
+    con.print(f"Plan 1 price: {best.cost_items[0].source}")
 
 
 def render_infeasible(inf: Infeasibility) -> None:

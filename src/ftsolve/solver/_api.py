@@ -8,6 +8,7 @@ import numpy as np
 
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
 from ftsolve.catalog._load import Catalog, load_catalog
+from ftsolve.catalog._models import Offer
 from ftsolve.catalog._providers import provider_defaults
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._engines import ENGINES
@@ -22,8 +23,12 @@ _ITEM_DETAIL = {
     "startup": "provisioning, environment, base-model download and loading, billed",
     "checkpoints": "checkpoint writes and the final save",
     "preemption_rework": "expected lost work and restarts after preemptions",
-    "billing_rounding": "billing granularity: time rounded up",
+    "fallback_switch": "restart on on-demand capacity from the last checkpoint",
+    "billing_rounding": "billing granularity: on-demand time rounded up",
+    "trial_runs": "trial runs before the final run, at the plan's hourly cost",
+    "failed_attempts": "expected failed attempts (each a start-up plus half a run)",
     "storage": "volumes (dataset, base model, two checkpoints) while they exist, incl. retention",
+    "egress": "download of the trained weights or adapter out of the provider",
 }
 
 
@@ -79,7 +84,7 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int)
         usable_gib=round(float(t.usable_gib[i]), 3),
         card_gib=round(float(t.usable_gib[i]) / k.USABLE_MEMORY_FRACTION.value, 3),
     )
-    spot = market == "interruptible"
+    spot = market != "on-demand"
     time = TimeBreakdown(
         tokens_per_s=round(float(t.tokens_per_s[i]), 1),
         step_s=round(float(t.step_s[i]), 4),
@@ -90,11 +95,23 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int)
         expected_hours=round(float(t.expected_hours[i]), 4),
         quantile_hours=round(float(t.quantile_hours[i]), 4),
         confidence=job.deadline_confidence,
-        checkpoint_interval_hours=round(float(t.tau_hours[i]), 4) if spot else None,
+        checkpoint_interval_hours=round(float(t.tau_hours[i]), 4)
+        if spot and t.spot_fraction[i] > 0
+        else None,
+        interruptible_fraction=round(float(t.spot_fraction[i]), 4),
         interruption_rate_per_hour=round(float(t.interruption_rate_per_hour[i]), 4) if spot else None,
     )
+    price_src = _price_source(offer)
+    sources = {
+        "storage": f"{offer.storage_usd_per_gb_month} USD/GB-month: {price_src}"
+        if offer.storage_usd_per_gb_month is not None
+        else defaults.storage_source,
+        "egress": f"{defaults.egress_usd_per_gb} USD/GB: {defaults.egress_source}",
+    }
     items = tuple(
-        CostItem(name=name, usd=int(c[i]) / 100, detail=_ITEM_DETAIL[name])
+        CostItem(
+            name=name, usd=int(c[i]) / 100, detail=_ITEM_DETAIL[name], source=sources.get(name, price_src)
+        )
         for name, c in t.cost_items_cents.items()
         if int(c[i]) != 0
     )
@@ -111,6 +128,15 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int)
         )
     if offer.storage_usd_per_gb_month is None:
         assumptions.append(f"storage price: {defaults.storage_source}")
+    if market == "fallback":
+        assumptions.append(
+            f"fallback: the first {t.spot_fraction[i]:.0%} of the work on interruptible capacity, then the "
+            "last checkpoint resumed on on-demand (static split; on-demand capacity keeps the deadline)"
+        )
+    if job.trial_runs or job.failure_probability:
+        assumptions.append(
+            "trial runs and failed attempts are priced as scaled copies of the final run on the same plan"
+        )
     binding = _binding(job, t, i)
     return Plan(
         rank=rank,
@@ -136,6 +162,16 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int)
         why=_why(t, i, rank, best, binding),
         assumptions=tuple(assumptions),
     )
+
+
+def _price_source(offer: Offer) -> str:
+    prices = []
+    if offer.on_demand_usd_per_gpu_hour is not None:
+        prices.append(f"on-demand {offer.on_demand_usd_per_gpu_hour:g}")
+    if offer.interruptible_usd_per_gpu_hour is not None:
+        prices.append(f"interruptible {offer.interruptible_usd_per_gpu_hour:g}")
+    estimated = " (estimated date)" if offer.price_date_estimated else ""
+    return f"{' / '.join(prices)} USD/GPU-h dated {offer.price_date.isoformat()}{estimated}, {offer.source}"
 
 
 def _binding(job: JobSpec, t: CandidateTable, i: int) -> tuple[str, ...]:

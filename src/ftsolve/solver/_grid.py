@@ -19,6 +19,7 @@ from ftsolve.catalog._load import Catalog
 from ftsolve.catalog._models import GpuSpec, ModelArch, Offer
 from ftsolve.catalog._providers import FALLBACK_STORAGE_USD_PER_GB_MONTH, provider_defaults
 from ftsolve.solver import _coefficients as k
+from ftsolve.solver._cost import FALLBACK, OD, SPOT, RunInputs, price_runs
 from ftsolve.solver._job import EEA_COUNTRIES, MARKETS, METHODS, JobSpec
 from ftsolve.solver._memory import (
     DDP,
@@ -37,7 +38,6 @@ from ftsolve.solver._memory import (
     max_micro_batch,
     memory_terms,
 )
-from ftsolve.solver._risk import best_interval, cantelli_quantile
 from ftsolve.solver._throughput import intra_node_bus_gb_per_s, step_time, utilization
 
 F = NDArray[np.float64]
@@ -104,6 +104,7 @@ class CandidateTable:
     expected_hours: F
     quantile_hours: F
     tau_hours: F
+    spot_fraction: F
     interruption_rate_per_hour: F
     price_usd_per_gpu_hour: F
     cost_items_cents: dict[str, I]
@@ -175,6 +176,10 @@ def _in_scope(job: JobSpec, catalog: Catalog) -> tuple[list[Offer], ScopeReport]
         lambda o: (
             ("on-demand" in markets and o.on_demand_usd_per_gpu_hour is not None)
             or ("interruptible" in markets and o.interruptible_usd_per_gpu_hour is not None)
+            or (
+                "fallback" in markets
+                and None not in (o.on_demand_usd_per_gpu_hour, o.interruptible_usd_per_gpu_hour)
+            )
         ),
     )
     keep("max_gpus", lambda o: o.gpus_per_node <= job.max_gpus)
@@ -278,44 +283,50 @@ def build_candidates(job: JobSpec, catalog: Catalog) -> CandidateTable:
     pp = pair_index[r_hw[rr], tt]
     od = np.array([o.on_demand_usd_per_gpu_hour or np.nan for o in offers], dtype=np.float64)
     spot = np.array([o.interruptible_usd_per_gpu_hour or np.nan for o in offers], dtype=np.float64)
-    cand_r, cand_p, cand_mk, price = [], [], [], []
-    for mk, table in ((0, od), (1, spot)):
+    cand_r, cand_p, cand_mk = [], [], []
+    for mk in range(len(MARKETS)):
         if MARKETS[mk] not in job.markets:
             continue
-        pr = table[r_offer[rr]]
-        ok = ~np.isnan(pr)
+        if mk == FALLBACK and job.deadline_hours is None:
+            continue  # without a deadline, interruptible alone is the cheaper way to use slack
+        need = [od] if mk == OD else [spot] if mk == SPOT else [od, spot]
+        ok = np.logical_and.reduce([~np.isnan(t[r_offer[rr]]) for t in need])
         cand_r.append(rr[ok])
         cand_p.append(pp[ok])
-        cand_mk.append(np.full(ok.sum(), mk))
-        price.append(pr[ok])
+        cand_mk.append(np.full(int(ok.sum()), mk, dtype=np.int64))
     c_r = np.concatenate(cand_r) if cand_r else np.zeros(0, np.int64)
     c_p = np.concatenate(cand_p) if cand_p else np.zeros(0, np.int64)
-    c_mk = np.concatenate(cand_mk).astype(np.int64) if cand_mk else np.zeros(0, np.int64)
-    c_price = np.concatenate(price) if price else np.zeros(0)
+    c_mk = np.concatenate(cand_mk) if cand_mk else np.zeros(0, np.int64)
     c_offer = r_offer[c_r]
     c_nodes = r_nodes[c_r]
     c_n = r_n[c_r]
     c_cfg = ti[c_p]
+    c_price = np.where(c_mk == SPOT, spot[c_offer], od[c_offer])
 
     # --- time and cost per candidate ------------------------------------------------------
     defaults = [provider_defaults(o.provider) for o in offers]
-    prov_h = np.array([d.provisioning_minutes / 60.0 for d in defaults], dtype=np.float64)[c_offer]
-    lam_offer = np.array(
+
+    def per_offer(values: list[float]) -> F:
+        out: F = np.array(values, dtype=np.float64)[c_offer]
+        return out
+
+    prov_h = per_offer([d.provisioning_minutes / 60.0 for d in defaults])
+    lam_offer = per_offer(
         [
             o.interruption_rate_per_hour
             if o.interruption_rate_per_hour is not None
             else d.interruption_rate_per_hour
             for o, d in zip(offers, defaults, strict=True)
-        ],
-        dtype=np.float64,
+        ]
     )
-    storage_price = np.array(
+    storage_price = per_offer(
         [
             o.storage_usd_per_gb_month or d.storage_usd_per_gb_month or FALLBACK_STORAGE_USD_PER_GB_MONTH
             for o, d in zip(offers, defaults, strict=True)
-        ],
-        dtype=np.float64,
-    )[c_offer]
+        ]
+    )
+    egress_price = per_offer([d.egress_usd_per_gb for d in defaults])
+    billing = np.array([o.billing for o in offers], dtype=object)[c_offer]
     method_c = cm[c_cfg]
     quant_c = cq[c_cfg]
     model_bytes_16 = sizes.total_params * 2.0
@@ -329,55 +340,36 @@ def build_candidates(job: JobSpec, catalog: Catalog) -> CandidateTable:
         sizes.lora_params * k.LORA_CHECKPOINT_BYTES_PER_PARAM.value,
     )
     final_bytes = np.where(method_c == FULL, model_bytes_16, sizes.lora_params * 2.0)
-    write_gbps = k.CHECKPOINT_WRITE_GB_PER_S.value * 1e9
-    delta_h = ckpt_bytes / write_gbps / 3600.0
-    final_save_h = final_bytes / write_gbps / 3600.0
-    restart_h = startup_h + ckpt_bytes / (k.LOAD_GB_PER_S.value * 1e9) / 3600.0
+    write_bps = k.CHECKPOINT_WRITE_GB_PER_S.value * 1e9
     work_h = train_h[c_p]
-
-    lam = lam_offer[c_offer] * c_nodes  # losing any node restarts the whole job
-    is_spot = c_mk == 1
-    tau = np.full(c_r.shape, np.nan)
-    mean_run = work_h.copy()
-    var_run = np.zeros_like(work_h)
-    if is_spot.any():
-        t_s, m_s, v_s = best_interval(work_h[is_spot], lam[is_spot], delta_h[is_spot], restart_h[is_spot])
-        tau[is_spot], mean_run[is_spot], var_run[is_spot] = t_s, m_s, v_s
-    writes_h = np.where(is_spot, np.floor(work_h / np.where(is_spot, tau, 1.0)) * delta_h, 0.0)
-    writes_h = np.where(is_spot & (tau >= work_h), 0.0, writes_h)
-    rework_h = np.where(is_spot, np.maximum(mean_run - work_h - writes_h, 0.0), 0.0)
-    ckpt_h = writes_h + final_save_h
-    expected_h = startup_h + work_h + ckpt_h + rework_h
-    quantile_h = np.where(
-        is_spot,
-        startup_h + final_save_h + cantelli_quantile(mean_run, var_run, job.deadline_confidence),
-        expected_h,
+    runs = RunInputs(
+        market=c_mk,
+        work_h=work_h,
+        startup_h=startup_h,
+        restart_h=startup_h + ckpt_bytes / (k.LOAD_GB_PER_S.value * 1e9) / 3600.0,
+        ckpt_write_h=ckpt_bytes / write_bps / 3600.0,
+        final_save_h=final_bytes / write_bps / 3600.0,
+        rate=lam_offer * c_nodes,  # losing any node restarts the whole job
+        od_usd_per_h=od[c_offer] * c_n,
+        spot_usd_per_h=spot[c_offer] * c_n,
+        per_hour_billing=billing == "per-hour",
+        per_minute_billing=billing == "per-minute",
+        storage_usd_per_gb_month=storage_price,
+        volume_gb=job.dataset_gb + model_bytes_16 / 1e9 + 2 * ckpt_bytes / 1e9,
+        egress_usd_per_gb=egress_price,
+        output_gb=final_bytes / 1e9,
     )
-
-    rate = c_price * c_n  # USD per hour for all GPUs
-    billing = np.array([o.billing for o in offers], dtype=object)[c_offer]
-    rounding_h = np.where(
-        ~is_spot & (billing == "per-hour"),
-        np.ceil(expected_h - 1e-9) - expected_h,
-        np.where(
-            ~is_spot & (billing == "per-minute"), np.ceil(expected_h * 60 - 1e-9) / 60 - expected_h, 0.0
-        ),
+    costs = price_runs(
+        runs,
+        job.deadline_confidence,
+        job.deadline_hours,
+        job.trial_runs,
+        job.trial_fraction,
+        job.failure_probability,
+        job.retention_days,
     )
-    volume_gb = job.dataset_gb + model_bytes_16 / 1e9 + 2 * ckpt_bytes / 1e9
-    storage_usd = volume_gb * storage_price * (expected_h + job.retention_days * 24.0) / k.HOURS_PER_MONTH
-
-    def cents(x: F) -> I:
-        return np.rint(x * 100.0).astype(np.int64)
-
-    items = {
-        "training": cents(rate * work_h),
-        "startup": cents(rate * startup_h),
-        "checkpoints": cents(rate * ckpt_h),
-        "preemption_rework": cents(rate * rework_h),
-        "billing_rounding": cents(rate * rounding_h),
-        "storage": cents(storage_usd),
-    }
-    total = np.sum(np.stack(list(items.values())), axis=0) if len(c_r) else np.zeros(0, np.int64)
+    total = costs.total_cents
+    expected_h, quantile_h = costs.expected_hours, costs.quantile_hours
 
     # --- constraint masks -----------------------------------------------------------------
     masks = {
@@ -394,7 +386,7 @@ def build_candidates(job: JobSpec, catalog: Catalog) -> CandidateTable:
     tie_rank = np.empty_like(tie)
     tie_rank[tie] = np.arange(tie.shape[0])
     gpu_of_offer = np.array([gpu_id[o.gpu] for o in offers], dtype=np.int64)
-    group_key = (gpu_of_offer[c_offer] * 3 + cm[c_cfg]) * 2 + c_mk
+    group_key = (gpu_of_offer[c_offer] * 3 + cm[c_cfg]) * len(MARKETS) + c_mk
     _, group = np.unique(group_key, return_inverse=True)
 
     def gib(d: dict[str, F]) -> dict[str, F]:
@@ -423,14 +415,15 @@ def build_candidates(job: JobSpec, catalog: Catalog) -> CandidateTable:
         exposed_comm_s=st.exposed_comm_s[c_p],
         train_hours=work_h,
         startup_hours=startup_h,
-        checkpoint_hours=ckpt_h,
-        rework_hours=rework_h,
+        checkpoint_hours=costs.checkpoint_hours,
+        rework_hours=costs.rework_hours,
         expected_hours=expected_h,
         quantile_hours=quantile_h,
-        tau_hours=tau,
-        interruption_rate_per_hour=np.where(is_spot, lam, 0.0),
+        tau_hours=costs.checkpoint_interval_h,
+        spot_fraction=costs.spot_fraction,
+        interruption_rate_per_hour=np.where(c_mk != OD, runs.rate, 0.0),
         price_usd_per_gpu_hour=c_price,
-        cost_items_cents=items,
+        cost_items_cents=costs.items_cents,
         total_cents=total.astype(np.int64),
         masks=masks,
         tie_rank=tie_rank,

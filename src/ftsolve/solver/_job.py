@@ -10,12 +10,12 @@ from ftsolve._errors import InvalidJobSpec
 from ftsolve.catalog._models import ModelArch
 
 Method = Literal["full", "lora", "qlora"]
-Market = Literal["on-demand", "interruptible"]
+Market = Literal["on-demand", "interruptible", "fallback"]
 Optimizer = Literal["adamw", "adamw-bf16", "adamw-8bit", "sgd", "adafactor"]
 LoraTargets = Literal["all-linear", "attention", "mlp", "qv"]
 
 METHODS: tuple[Method, ...] = ("full", "lora", "qlora")
-MARKETS: tuple[Market, ...] = ("on-demand", "interruptible")
+MARKETS: tuple[Market, ...] = ("on-demand", "interruptible", "fallback")
 
 EU_COUNTRIES = frozenset(
     [
@@ -82,6 +82,11 @@ class JobSpec(BaseModel):
     download_mb_per_s: float = Field(default=200.0, gt=0, description="base-model download bandwidth")
     dataset_gb: float = Field(default=1.0, ge=0)
     retention_days: float = Field(default=7.0, ge=0, description="days volumes are kept after the run")
+    trial_runs: int = Field(default=0, ge=0, le=1000, description="short trial runs before the final run")
+    trial_fraction: float = Field(default=0.05, gt=0, le=1.0, description="share of the data each trial uses")
+    failure_probability: float = Field(
+        default=0.0, ge=0, lt=1.0, description="probability a run fails (bug, divergence) and is restarted"
+    )
 
     @field_validator("methods", "markets")
     @classmethod

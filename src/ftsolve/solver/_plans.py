@@ -43,13 +43,19 @@ class TimeBreakdown(_Frozen):
     quantile_hours: float = Field(description="finish time not exceeded with the job's confidence")
     confidence: float
     checkpoint_interval_hours: float | None
+    interruptible_fraction: float = Field(
+        description="share of the training work run on interruptible capacity"
+    )
     interruption_rate_per_hour: float | None
 
 
 class CostItem(_Frozen):
+    """One line of a plan's expected cost; the items sum to the total to the cent."""
+
     name: str
     usd: float
     detail: str
+    source: str = Field(description="price, date and source behind this line")
 
 
 class Plan(_Frozen):
@@ -67,7 +73,7 @@ class Plan(_Frozen):
     gradient_checkpointing: bool
     micro_batch: int
     grad_accum: int
-    market: Literal["on-demand", "interruptible"]
+    market: Literal["on-demand", "interruptible", "fallback"]
     price_usd_per_gpu_hour: float
     price_date: dt.date
     memory: MemoryBreakdown

@@ -21,10 +21,14 @@ from numpy.typing import NDArray
 
 F = NDArray[np.float64]
 
-# Candidate checkpoint intervals, as multiples of Young's first-order optimum sqrt(2δ/λ):
-# 25 log-spaced points from 1/8x to 8x (a grid step is a factor of 1.19), plus "no
-# intermediate checkpoint". The interval chosen is the grid point of least expected time.
-TAU_GRID_FACTORS: F = np.geomspace(1.0 / 8.0, 8.0, 25)
+# Candidate checkpoint intervals in hours: 1 minute to 1 week, 64 log-spaced points (a grid step
+# is a factor of 1.157), plus "no intermediate checkpoint". The grid is the same for every plan,
+# so the chosen interval's expected time can only grow with the preemption rate.
+TAU_GRID_HOURS: F = np.geomspace(1.0 / 60.0, 168.0, 64)
+TAU_GRID_STEP: float = float(TAU_GRID_HOURS[1] / TAU_GRID_HOURS[0])
+# Even splits of the work, W/k: the expected time is a sawtooth in τ (the last segment is
+# partial), and its local minima sit near intervals that divide the work evenly.
+EVEN_SPLITS: F = 1.0 / np.arange(1, 33, dtype=np.float64)
 
 
 def _segment_moments(lam: F, w: F, restart: F) -> tuple[F, F]:
@@ -48,19 +52,39 @@ def _segment_moments(lam: F, w: F, restart: F) -> tuple[F, F]:
     return mean, var
 
 
+def checkpoint_count(work_h: F, tau_h: F) -> F:
+    """Checkpoints written during `work_h` hours at interval τ: one per segment except the last."""
+    out: F = np.maximum(np.ceil(work_h / np.maximum(tau_h, 1e-9) - 1e-9) - 1.0, 0.0)
+    return out
+
+
 def run_time_moments(work_h: F, lam: F, tau_h: F, ckpt_write_h: F, restart_h: F) -> tuple[F, F]:
     """Mean and variance of the wall time to finish `work_h` hours of training.
 
-    Full segments of τ end with a checkpoint write; the last, partial segment does not.
+    Every segment of τ but the last ends with a checkpoint write; the last (at most τ) does not,
+    since the final save is counted separately.
     """
     tau = np.maximum(tau_h, 1e-9)
-    full = np.floor(work_h / tau)
+    full = checkpoint_count(work_h, tau)
     rest = work_h - full * tau
     m1, v1 = _segment_moments(lam, tau + ckpt_write_h, restart_h)
     m2, v2 = _segment_moments(lam, rest, restart_h)
     m2 = np.where(rest > 0, m2, 0.0)
     v2 = np.where(rest > 0, v2, 0.0)
     return full * m1 + m2, full * v1 + v2
+
+
+def run_time_mean(work_h: F, lam: F, tau_h: F, ckpt_write_h: F, restart_h: F) -> F:
+    """Mean of run_time_moments alone: E[S] = (e^{λw} - 1)(1/λ + R) per segment."""
+    lam = np.maximum(lam, 1e-12)
+    tau = np.maximum(tau_h, 1e-9)
+    full = checkpoint_count(work_h, tau)
+    rest = work_h - full * tau
+    scale = 1.0 / lam + restart_h
+    m1 = np.expm1(np.minimum(lam * (tau + ckpt_write_h), 300.0)) * scale
+    m2 = np.expm1(np.minimum(lam * rest, 300.0)) * scale
+    out: F = full * m1 + m2
+    return out
 
 
 def best_interval(work_h: F, lam: F, ckpt_write_h: F, restart_h: F) -> tuple[F, F, F]:
@@ -71,13 +95,15 @@ def best_interval(work_h: F, lam: F, ckpt_write_h: F, restart_h: F) -> tuple[F, 
     cols = np.stack(np.broadcast_arrays(work_h, lam, ckpt_write_h, restart_h), axis=-1).reshape(-1, 4)
     uniq, inverse = np.unique(cols, axis=0, return_inverse=True)
     w, la, d, r = (uniq[:, j : j + 1] for j in range(4))
-    young = np.sqrt(2.0 * np.maximum(d, 1e-6) / np.maximum(la, 1e-12))
-    taus = np.concatenate([young * TAU_GRID_FACTORS[None, :], w], axis=1)
+    taus = np.concatenate(
+        [np.broadcast_to(TAU_GRID_HOURS, (w.shape[0], TAU_GRID_HOURS.size)), w * EVEN_SPLITS], axis=1
+    )
     taus = np.minimum(taus, w)
-    mean, var = run_time_moments(w, la, taus, d, r)
-    i = np.argmin(mean, axis=1)[:, None]
+    i = np.argmin(run_time_mean(w, la, taus, d, r), axis=1)[:, None]
+    tau = np.take_along_axis(taus, i, axis=1)
+    mean, var = run_time_moments(w, la, tau, d, r)
     rows = inverse.reshape(-1)
-    out = [np.take_along_axis(a, i, axis=1)[:, 0][rows] for a in (taus, mean, var)]
+    out = [a[:, 0][rows] for a in (tau, mean, var)]
     full_shape = np.broadcast(work_h, lam, ckpt_write_h, restart_h).shape
     return out[0].reshape(full_shape), out[1].reshape(full_shape), out[2].reshape(full_shape)
 
