@@ -12,37 +12,20 @@ from __future__ import annotations
 
 import collections
 import csv
-import os
+import datetime as dt
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from ftsolve.catalog import GpuSpec, Offer, load_gpus  # noqa: E402
+from ftsolve.catalog._import import offers_to_csv, read_skypilot, write_atomically  # noqa: E402
+from ftsolve.catalog._load import _offer_from_row  # noqa: E402
 from ftsolve.catalog._names import resolve_gpu  # noqa: E402
 
 OUT = ROOT / "src/ftsolve/catalog/data/offers.csv"
-COLUMNS = [
-    "provider",
-    "tier",
-    "instance_type",
-    "gpu",
-    "source_gpu_name",
-    "gpus_per_node",
-    "on_demand_usd_per_gpu_hour",
-    "interruptible_usd_per_gpu_hour",
-    "billing",
-    "region",
-    "country",
-    "storage_usd_per_gb_month",
-    "interruption_rate_per_hour",
-    "price_date",
-    "price_date_estimated",
-    "source",
-    "notes",
-]
 
 # SOURCES.md: no commit date was retrievable for the SkyPilot catalog files. Where SOURCES.md
 # matches a cloud's prices to a dated transcription, that date is used; otherwise the start of
@@ -118,77 +101,43 @@ def country_of(cloud: str, region: str) -> str:
     return ""
 
 
-def known_memory() -> dict[str, float]:
-    with open(ROOT / "src/ftsolve/catalog/data/gpus.csv", newline="") as f:
-        return {row["name"]: float(row["memory_gb"]) for row in csv.DictReader(f)}
-
-
 def fmt(x: float | None) -> str:
     return "" if x is None else f"{x:.6g}"
 
 
-def skypilot_rows(
-    path: Path, mem: dict[str, float], skipped: collections.Counter[str]
-) -> list[dict[str, str]]:
-    groups: dict[tuple[str, str, str], list[dict[str, str]]] = collections.defaultdict(list)
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            groups[(row["cloud"], row["instance_type"], row["region"])].append(row)
-    out = []
-    for (cloud, itype, region), rows in sorted(groups.items()):
-        first = rows[0]
-        if cloud in SKIP_CLOUDS:
-            skipped[f"{cloud}: {SKIP_CLOUDS[cloud]}"] += 1
-            continue
-        count = int(float(first["accelerator_count"]))
-        memory = float(first["accelerator_memory_gib"]) if first["accelerator_memory_gib"] else None
-        gpu = resolve_gpu(first["accelerator_name"], memory, itype, count, mem)
-        if gpu is None:
-            skipped[f"not a modelled GPU: {first['accelerator_name']}"] += 1
-            continue
-        prices = [float(r["price_per_hour"]) for r in rows if r["price_per_hour"]]
-        od = min(prices) if prices else None
-        # Per availability zone: spot equal to on-demand means no spot capacity (prices-and-spot.md).
-        spots = [float(r["spot_price_per_hour"]) for r in rows if r["spot_price_per_hour"]]
-        spots = [s for s in spots if od is None or s < od]
-        spot = min(spots) if spots else None
-        if od is None and spot is None:
-            skipped["no usable price"] += 1
-            continue
-        provider, tier = cloud, "on-demand/spot"
+def skypilot_offers(path: Path, gpus: dict[str, GpuSpec], skipped: collections.Counter[str]) -> list[Offer]:
+    """The compact SkyPilot extract, through the same importer users run (`ftsolve catalog import`)."""
+
+    def price_date(cloud: str) -> tuple[dt.date, bool]:
+        return dt.date.fromisoformat(
+            SKYPILOT_DATES.get(cloud, SKYPILOT_WINDOW_START)
+        ), cloud not in SKYPILOT_DATES
+
+    def tier(cloud: str, itype: str) -> str:
         if cloud in ("shadeform", "primeintellect"):
-            sep = "__" if cloud == "primeintellect" else "_"
-            tier = "via " + itype.split(sep)[0]
-        notes = []
-        if cloud == "seeweb":
-            notes.append("currency likely EUR, stored as printed (SOURCES.md, unverified)")
-        if cloud == "runpod":
-            notes.append("SECURE tier; catalog spot equals on-demand, so no interruptible price")
-        if len(rows) > 1:
-            notes.append(f"{len(rows)} availability zones; lowest price kept")
-        date = SKYPILOT_DATES.get(cloud, SKYPILOT_WINDOW_START)
-        out.append(
-            {
-                "provider": provider,
-                "tier": tier,
-                "instance_type": itype,
-                "gpu": gpu,
-                "source_gpu_name": first["accelerator_name"],
-                "gpus_per_node": str(count),
-                "on_demand_usd_per_gpu_hour": fmt(od / count if od else None),
-                "interruptible_usd_per_gpu_hour": fmt(spot / count if spot else None),
-                "billing": "per-hour",
-                "region": region or "default",
-                "country": country_of(cloud, region),
-                "storage_usd_per_gb_month": "",
-                "interruption_rate_per_hour": "",
-                "price_date": date,
-                "price_date_estimated": "false" if cloud in SKYPILOT_DATES else "true",
-                "source": f"skypilot-org/skypilot-catalog catalogs/v8/{cloud}/vms.csv (see SOURCES.md)",
-                "notes": "; ".join(notes),
-            }
-        )
-    return out
+            return "via " + itype.split("__" if cloud == "primeintellect" else "_")[0]
+        return "on-demand/spot"
+
+    def notes(cloud: str) -> str:
+        return {
+            "seeweb": "currency likely EUR, stored as printed (SOURCES.md, unverified)",
+            "runpod": "SECURE tier; catalog spot equals on-demand, so no interruptible price",
+        }.get(cloud, "")
+
+    report = read_skypilot(
+        path.read_text(encoding="utf-8"),
+        str(path.name),
+        gpus,
+        provider=None,
+        price_date=price_date,
+        source=lambda cloud: f"skypilot-org/skypilot-catalog catalogs/v8/{cloud}/vms.csv (see SOURCES.md)",
+        country=country_of,
+        tier=tier,
+        notes=notes,
+        skip=lambda cloud: SKIP_CLOUDS.get(cloud, ""),
+    )
+    skipped.update(report.skipped)
+    return report.offers
 
 
 BILLING = {
@@ -252,24 +201,20 @@ def extra_rows(path: Path, mem: dict[str, float], skipped: collections.Counter[s
 
 def main() -> None:
     data = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared/data"
-    mem = known_memory()
+    gpus = load_gpus()
+    mem = {name: g.memory_gib for name, g in gpus.items()}
     skipped: collections.Counter[str] = collections.Counter()
-    rows = skypilot_rows(data / "skypilot_gpu_offers.csv", mem, skipped)
-    rows += extra_rows(data / "extra_gpu_prices.csv", mem, skipped)
-    rows.sort(key=lambda r: (r["provider"], r["tier"], r["instance_type"], r["region"]))
-    keys = collections.Counter((r["provider"], r["tier"], r["instance_type"], r["region"]) for r in rows)
+    offers = skypilot_offers(data / "skypilot_gpu_offers.csv", gpus, skipped)
+    offers += [
+        _offer_from_row(row, f"extra_gpu_prices.csv, row {i}", gpus)
+        for i, row in enumerate(extra_rows(data / "extra_gpu_prices.csv", mem, skipped), start=2)
+    ]
+    keys = collections.Counter(o.key for o in offers)
     dupes = [k for k, v in keys.items() if v > 1]
     if dupes:
         raise SystemExit(f"duplicate offers: {dupes[:5]}")
-    fd, tmp = tempfile.mkstemp(dir=OUT.parent, suffix=".tmp")
-    with os.fdopen(fd, "w", newline="") as f:
-        f.write("# schema_version: 1\n")
-        w = csv.DictWriter(f, COLUMNS, lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, OUT)
-    print(f"wrote {len(rows)} offers to {OUT.relative_to(ROOT)}", file=sys.stderr)
+    write_atomically(OUT, offers_to_csv(offers))
+    print(f"wrote {len(offers)} offers to {OUT.relative_to(ROOT)}", file=sys.stderr)
     for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
         print(f"  skipped {n:4d}  {reason}", file=sys.stderr)
 

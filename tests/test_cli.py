@@ -86,3 +86,17 @@ def test_models_list() -> None:
     assert result.exit_code == 0
     names = {m["name"] for m in json.loads(result.output)}
     assert {"llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "mistral-7b"} <= names
+
+
+def test_plan_warns_when_a_price_is_older_than_the_threshold() -> None:
+    result = CliRunner().invoke(cli, [*README_JOB, "--max-age-days", "1"])
+    assert result.exit_code == 0
+    assert "days old" in result.output and "ftsolve catalog import" in result.output
+    fresh = CliRunner().invoke(cli, [*README_JOB, "--max-age-days", "100000"])
+    assert "days old" not in fresh.output
+
+
+def test_models_list_by_family() -> None:
+    result = CliRunner().invoke(cli, ["models", "list", "--family", "qwen3", "--json"])
+    assert result.exit_code == 0
+    assert {m["family"] for m in json.loads(result.output)} == {"qwen3"}

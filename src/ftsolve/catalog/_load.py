@@ -175,27 +175,39 @@ def _offer_from_row(row: Mapping[str, str | None], where: str, gpus: Mapping[str
         raise CatalogError(f"{where}: field {field}: {first['msg']}") from None
 
 
-def load_offers_file(path: Path, gpus: Mapping[str, GpuSpec]) -> list[Offer]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CatalogError(f"{path}: cannot read offers file ({exc.strerror})") from None
-    return parse_offers(text, str(path), gpus)
+def load_catalog(
+    offers_path: str | Path | None = None, *, replace: bool = False, user: bool = True
+) -> Catalog:
+    """The bundled catalog, then the user catalog (`ftsolve catalog import`), then `offers_path`.
 
-
-def load_catalog(offers_path: str | Path | None = None, *, replace: bool = False) -> Catalog:
-    """The bundled catalog, optionally with a user's offers file.
-
-    User offers override bundled ones with the same provider/tier/instance/region key;
-    with `replace=True` they are the only offers.
+    Later sources override earlier offers with the same provider/tier/instance/region key; with
+    `replace=True` the offers of `offers_path` are the only ones.
     """
+    from ftsolve.catalog._import import read_user_offers, user_catalog_path
+
     gpus = load_gpus()
-    bundled = (
-        [] if replace and offers_path else parse_offers(_read_text("offers.csv"), "bundled offers.csv", gpus)
-    )
+    layers: list[list[Offer]] = []
+    if not (replace and offers_path is not None):
+        layers.append(_bundled_offers(gpus))
+        user_path = user_catalog_path()
+        if user and user_path.exists():
+            layers.append(read_user_offers(user_path, gpus).offers)
     if offers_path is not None:
-        user = load_offers_file(Path(offers_path), gpus)
-        keys = {o.key for o in user}
-        bundled = [o for o in bundled if o.key not in keys] + user
+        layers.append(read_user_offers(Path(offers_path), gpus).offers)
+    merged: dict[str, Offer] = {}
+    for layer in layers:
+        for o in layer:
+            merged.pop(o.key, None)
+            merged[o.key] = o
     models = {m.name: m for m in PRESETS}
-    return Catalog(gpus=gpus, offers=tuple(bundled), models=models)
+    return Catalog(gpus=gpus, offers=tuple(merged.values()), models=models)
+
+
+def _bundled_offers(gpus: Mapping[str, GpuSpec]) -> list[Offer]:
+    return parse_offers(_read_text("offers.csv"), "bundled offers.csv", gpus)
+
+
+def stale_offers(offers: Iterable[Offer], max_age_days: int, today: dt.date | None = None) -> list[Offer]:
+    """Offers whose price is older than `max_age_days`."""
+    today = today or dt.date.today()
+    return [o for o in offers if (today - o.price_date).days > max_age_days]

@@ -41,6 +41,11 @@ class GpuSpec(_Frozen):
     source: str
 
     @property
+    def software_stack(self) -> str:
+        """The vendor's training stack: CUDA, ROCm or SynapseAI (Gaudi)."""
+        return {"nvidia": "CUDA", "amd": "ROCm", "intel": "SynapseAI"}[self.vendor]
+
+    @property
     def has_nvlink_fabric(self) -> bool:
         """True when all GPUs of a node talk over NVLink/NVSwitch or an equivalent fabric."""
         return self.form_factor in ("sxm", "oam")

@@ -62,8 +62,13 @@ def resolve_gpu(
 
     `hint` is extra text such as the instance type; it settles SXM versus PCIe.
     """
-    # Drop memory sizes ("L4 24GB") so that digits of the size don't glue onto the model name.
-    n = _norm(re.sub(r"\d+\s*gi?b\b", " ", name, flags=re.IGNORECASE))
+    # Drop memory sizes ("L4 24GB", "A100-80G") so that their digits don't glue onto the model
+    # name, but keep the size as the memory hint when none was given.
+    size_re = re.compile(r"(?<![a-z0-9])(\d+)\s*(?:gib|gb|g)\b", re.IGNORECASE)
+    size = size_re.search(name)
+    if size and memory_gib is None:
+        memory_gib = float(size.group(1))
+    n = _norm(size_re.sub(" ", name))
     text = n + " " + _norm(hint)
     if _EXCLUDED.search(n) and not re.search(r"rtx6000ada|6000ada|pro6000", n):
         return None

@@ -1,20 +1,17 @@
 from __future__ import annotations
 
-import json
+import datetime as dt
 import sys
-from collections.abc import Callable
-from functools import wraps
-from typing import Any, TypeVar
 
 import click
 
-from ftsolve._errors import FtsolveError, NoFeasiblePlan
+from ftsolve._errors import NoFeasiblePlan
 from ftsolve._units import parse_count, parse_hours, parse_usd
 from ftsolve.catalog import load_catalog
+from ftsolve.cli._catalog import catalog_group, models_group
+from ftsolve.cli._common import errors
 from ftsolve.cli._render import render_infeasible, render_plans
 from ftsolve.solver import JobSpec, plan
-
-Fn = TypeVar("Fn", bound=Callable[..., Any])
 
 
 def _csv(value: str | None) -> tuple[str, ...] | None:
@@ -22,22 +19,6 @@ def _csv(value: str | None) -> tuple[str, ...] | None:
         return None
     items = tuple(v.strip() for v in value.split(",") if v.strip())
     return items or None
-
-
-def _errors(fn: Fn) -> Fn:
-    """Library errors become one line on stderr and an exit code; never a traceback."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except NoFeasiblePlan:
-            raise
-        except FtsolveError as exc:
-            click.echo(f"Error: {exc}", err=True)
-            sys.exit(2)
-
-    return wrapper  # type: ignore[return-value]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -97,9 +78,16 @@ def cli() -> None:
     "--offers", "offers_path", type=click.Path(dir_okay=False), help="Extra offers CSV (overrides bundled)."
 )
 @click.option("--engine", type=click.Choice(["scan", "cpsat"]), default="scan", show_default=True)
+@click.option(
+    "--max-age-days",
+    type=int,
+    default=180,
+    show_default=True,
+    help="Warn when a plan's price is older than this.",
+)
 @click.option("--top", type=int, default=5, show_default=True, help="Number of plans.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plans as JSON.")
-@_errors
+@errors
 def plan_cmd(
     model: str,
     tokens: str,
@@ -124,6 +112,7 @@ def plan_cmd(
     max_nodes: int,
     offers_path: str | None,
     engine: str,
+    max_age_days: int,
     top: int,
     as_json: bool,
 ) -> None:
@@ -164,36 +153,19 @@ def plan_cmd(
         click.echo(result.model_dump_json(indent=2))
     else:
         render_plans(result)
+    today = dt.date.today()
+    for p in result.plans:
+        age = (today - p.price_date).days
+        if age > max_age_days:
+            click.echo(
+                f"warning: plan {p.rank}'s price is {age} days old ({p.price_date}, {p.offer.provider}); "
+                "refresh it with `ftsolve catalog import`",
+                err=True,
+            )
 
 
-@cli.group("models")
-def models_group() -> None:
-    """Model presets."""
-
-
-@models_group.command("list")
-@click.option("--json", "as_json", is_flag=True)
-@_errors
-def models_list(as_json: bool) -> None:
-    """List model presets with their parameter counts."""
-    catalog = load_catalog()
-    rows = [
-        {
-            "name": m.name,
-            "family": m.family,
-            "params_b": round(m.total_params() / 1e9, 3),
-            "layers": m.num_layers,
-            "hidden_size": m.hidden_size,
-            "experts": m.num_experts,
-            "source": m.source,
-        }
-        for m in catalog.models.values()
-    ]
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    for r in rows:
-        click.echo(f"{r['name']:32s} {r['params_b']:8.2f}B  {r['family']:8s} {r['source']}")
+cli.add_command(catalog_group)
+cli.add_command(models_group)
 
 
 def main() -> None:

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
 
+from ftsolve.cli._common import console
 from ftsolve.solver import Infeasibility, PlanSet
 
 
-def _console() -> Console:
-    # A wide virtual terminal when output is piped, so tables are not folded into slivers.
-    return Console(width=None if Console().is_terminal else 200, highlight=False)
-
-
 def render_plans(ps: PlanSet) -> None:
-    con = _console()
+    con = console()
     job = ps.job
     model = job.model if isinstance(job.model, str) else job.model.name
     limits = []
@@ -87,7 +82,7 @@ def render_plans(ps: PlanSet) -> None:
 
 
 def render_infeasible(inf: Infeasibility) -> None:
-    con = Console(stderr=True, width=200 if not Console(stderr=True).is_terminal else None, highlight=False)
+    con = console(stderr=True)
     con.print(f"No feasible plan: {inf.summary}")
     if inf.ruled_out_by:
         counts = ", ".join(f"{k} rules out {v}" for k, v in inf.ruled_out_by.items() if v)
