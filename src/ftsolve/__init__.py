@@ -14,7 +14,7 @@ from ftsolve._errors import (
     NoFeasiblePlan,
     UnknownCatalogEntry,
 )
-from ftsolve.catalog import Catalog, GpuSpec, ModelArch, Offer, load_catalog
+from ftsolve.catalog import Catalog, GpuSpec, ModelArch, Offer, load_catalog, load_config_json
 from ftsolve.solver import (
     CostItem,
     Infeasibility,
@@ -27,6 +27,8 @@ from ftsolve.solver import (
     check_plan,
     plan,
 )
+from ftsolve.solver._estimate import MemoryEstimate, estimate_memory
+from ftsolve.solver._memory import MemoryOptions
 
 try:
     __version__ = version("ftsolve")
@@ -43,6 +45,8 @@ __all__ = [
     "InvalidJobSpec",
     "JobSpec",
     "MemoryBreakdown",
+    "MemoryEstimate",
+    "MemoryOptions",
     "ModelArch",
     "NoFeasiblePlan",
     "Offer",
@@ -53,6 +57,8 @@ __all__ = [
     "UnknownCatalogEntry",
     "__version__",
     "check_plan",
+    "estimate_memory",
     "load_catalog",
+    "load_config_json",
     "plan",
 ]

@@ -10,8 +10,10 @@ from ftsolve._units import parse_count, parse_hours, parse_usd
 from ftsolve.catalog import load_catalog
 from ftsolve.cli._catalog import catalog_group, models_group
 from ftsolve.cli._common import errors
+from ftsolve.cli._estimate import estimate_group
 from ftsolve.cli._render import render_infeasible, render_plans
 from ftsolve.solver import JobSpec, plan
+from ftsolve.solver._memory import OPTIMIZERS
 
 
 def _csv(value: str | None) -> tuple[str, ...] | None:
@@ -35,7 +37,7 @@ def cli() -> None:
 @click.option("--methods", default="full,lora,qlora", show_default=True, help="Allowed methods.")
 @click.option(
     "--optimizer",
-    type=click.Choice(["adamw", "adamw-bf16", "adamw-8bit", "sgd", "adafactor"]),
+    type=click.Choice(list(OPTIMIZERS)),
     default="adamw",
     show_default=True,
     help="Optimizer-state regime.",
@@ -165,6 +167,7 @@ def plan_cmd(
 
 
 cli.add_command(catalog_group)
+cli.add_command(estimate_group)
 cli.add_command(models_group)
 
 

@@ -19,12 +19,17 @@ class Coefficient:
 
 
 GIB = 2**30
+_FITTED = (
+    "least squares on the 105 even-id evaluable rows of ../shared/data/measured.csv (LitGPT resource "
+    "tables and config hub, Qwen README, ms-swift); benchmarks/memory_accuracy.py --fit, 2026-11-29"
+)
 
 # --- memory -------------------------------------------------------------------------------
 USABLE_MEMORY_FRACTION = Coefficient(
-    0.95,
+    0.98,
     "of nominal card memory",
-    "physics.md §5: require predicted peak <= ~95% of capacity (driver reserve and headroom)",
+    "the share CUDA exposes (A100-80GB: ~79.2 of 80 GiB; assumption, verify on a GPU). physics.md §5's "
+    "~95% predates the explicit context, runtime and dynamic-margin terms, which now carry the headroom",
 )
 DYNAMIC_MARGIN = Coefficient(
     0.10,
@@ -32,14 +37,40 @@ DYNAMIC_MARGIN = Coefficient(
     "physics.md §5: ~10% multiplicative margin on the dynamic part",
 )
 ACTIVATION_SCALE = Coefficient(
-    1.0,
-    "x the Llama-style derivation c = 2(6 + 2kd/h + 4·I·topk/h) bytes·s·b·h per layer",
-    "physics.md §3.2 (c ≈ 41 for Llama-3; HF eager measured ≈ 56, stas00/ml-engineering)",
+    1.21,
+    "x the lean derivation of saved activations (c = 41 bytes·s·b·h per layer for Llama-3-8B)",
+    "physics.md §3.2: implementations keep extra copies (fp32 norm intermediates, RoPE outputs); "
+    "stas00/ml-engineering measured c ≈ 56 for HF Llama-3.1-8B, i.e. 1.37",
+    _FITTED,
 )
 LOGITS_BYTES_PER_VALUE = Coefficient(
-    8.0,
+    7.62,
     "bytes per logit value (s·b·V)",
     "physics.md §3.3: bf16 logits + fp32 upcast + fp32 softmax for backward, 6..10 bytes",
+    _FITTED,
+)
+DEQUANT_LAYERS = Coefficient(
+    4.5,
+    "decoder layers of bf16 weights held as dequantization workspace (NF4/int8 bases)",
+    "physics.md §7: every NF4/int8 linear is dequantized to bf16 in forward and backward, "
+    "layer by layer; the buffers and allocator caching of those copies",
+    _FITTED,
+)
+RESERVED_FRAGMENTATION = Coefficient(
+    1.8,
+    "x the dynamic part (activations and logits) added when a tool reports reserved memory",
+    "physics.md §5: reserved - allocated, worse with variable sequence lengths",
+    _FITTED + " (only the ms-swift rows report reserved memory: variable-length data, 3234 +/- 2548 tokens)",
+)
+CHUNKED_LOGITS_BYTES_PER_VALUE = Coefficient(
+    4.0,
+    "bytes per logit value with a chunked or fused loss",
+    "physics.md §3.3: bf16 logits and their bf16 gradient; the fp32 loss works on chunks",
+)
+EAGER_ATTENTION_BYTES_PER_SCORE = Coefficient(
+    6.0,
+    "bytes per attention score (a·s per token and layer) without FlashAttention/SDPA",
+    "physics.md §3.1: fp32 softmax output for its backward plus the bf16 copy for P·V",
 )
 CUDA_CONTEXT_GIB = Coefficient(
     0.9, "GiB per process", "physics.md §5: 0.47-0.92 GiB on A100 with PyTorch 2.1 (stas00)"
@@ -60,6 +91,37 @@ LORA_STATE_BYTES_PER_PARAM = Coefficient(
     16.0,
     "bytes per adapter parameter (fp32 weight, grad, AdamW m and v)",
     "physics.md §2.3: PEFT upcasts adapters to fp32 (autocast_adapter_dtype=True)",
+)
+
+# Runtime overheads of training frameworks that the physics does not name: cuBLAS/NCCL
+# workspaces, allocator slack, framework buffers. DeepSpeed adds its bucket buffers
+# (reduce_bucket_size and allgather_bucket_size, 5e8 elements each; physics.md §5) and keeps an
+# fp32 gradient copy in full fine-tuning: 18 B/param, DeepSpeed's own estimator (physics.md §2.1).
+FRAMEWORK_RUNTIME_GIB: dict[str, Coefficient] = {
+    "hf": Coefficient(
+        1.70,
+        "GiB",
+        "HF Trainer/PEFT/accelerate runtime buffers",
+        "least squares on the even-id Qwen README rows of measured.csv",
+    ),
+    "deepspeed": Coefficient(
+        0.89,
+        "GiB",
+        "as hf; the DeepSpeed buckets are modelled apart",
+        "least squares on the even-id Qwen README rows of measured.csv",
+    ),
+    "litgpt": Coefficient(
+        0.0,
+        "GiB",
+        "LitGPT/Lightning Fabric runtime buffers",
+        "least squares on the even-id LitGPT rows of measured.csv",
+    ),
+}
+DEEPSPEED_BUCKET_ELEMENTS = Coefficient(
+    5e8, "elements per bucket (reduce and allgather)", "DeepSpeed runtime/zero/config.py defaults"
+)
+DEEPSPEED_ZERO3_LIVE_ELEMENTS = Coefficient(
+    1e9, "parameters gathered at once under ZeRO-3", "DeepSpeed stage3_max_live_parameters default"
 )
 
 # --- throughput ---------------------------------------------------------------------------

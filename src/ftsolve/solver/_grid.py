@@ -241,7 +241,7 @@ def build_candidates(job: JobSpec, catalog: Catalog) -> CandidateTable:
     card_gib = np.array([g.memory_gib for g in h_gpu], dtype=np.float64)[hi]
     usable = card_gib * k.USABLE_MEMORY_FRACTION.value * k.GIB
 
-    terms = memory_terms(sizes, job.optimizer, job.seq_len, p_method, p_quant, p_shard, p_ckpt, p_n)
+    terms = memory_terms(sizes, job.memory_options(), job.seq_len, p_method, p_quant, p_shard, p_ckpt, p_n)
     per_rank_batch = np.ceil(job.global_batch_size / p_n).astype(np.int64)
     b = max_micro_batch(terms, usable, np.minimum(per_rank_batch, 64))
     fits = b >= 1

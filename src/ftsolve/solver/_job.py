@@ -8,10 +8,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ftsolve._errors import InvalidJobSpec
 from ftsolve.catalog._models import ModelArch
+from ftsolve.solver._memory import MemoryOptions
 
 Method = Literal["full", "lora", "qlora"]
 Market = Literal["on-demand", "interruptible", "fallback"]
-Optimizer = Literal["adamw", "adamw-bf16", "adamw-8bit", "sgd", "adafactor"]
+Optimizer = Literal[
+    "adamw", "adamw-fp32", "adamw-bf16", "adamw-8bit", "paged-adamw", "paged-adamw-8bit", "sgd", "adafactor"
+]
 LoraTargets = Literal["all-linear", "attention", "mlp", "qv"]
 
 METHODS: tuple[Method, ...] = ("full", "lora", "qlora")
@@ -65,6 +68,18 @@ class JobSpec(BaseModel):
     optimizer: Optimizer = "adamw"
     lora_rank: int = Field(default=16, gt=0, le=4096)
     lora_targets: LoraTargets = "all-linear"
+    lora_dropout: float = Field(default=0.0, ge=0, lt=1.0)
+    adapter_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32", description="PEFT keeps adapters in fp32; torchtune and LitGPT in bf16"
+    )
+    train_embeddings: bool = Field(default=False, description="also train embed_tokens and lm_head (LoRA)")
+    flash_attention: bool = Field(default=True, description="FlashAttention/SDPA; off means eager attention")
+    chunked_loss: bool = Field(default=False, description="chunked or fused cross-entropy (torchtune, Liger)")
+    offload_optimizer: bool = Field(default=False, description="optimizer state in CPU memory (ZeRO-Offload)")
+    offload_params: bool = Field(default=False, description="FSDP CPU offload of parameters and gradients")
+    framework: Literal["hf", "deepspeed", "litgpt"] = Field(
+        default="hf", description="training stack: HF Trainer/PEFT/FSDP, DeepSpeed ZeRO, or LitGPT"
+    )
     deadline_hours: float | None = Field(default=None, gt=0)
     budget_usd: float | None = Field(default=None, gt=0)
     deadline_confidence: float = Field(default=0.9, ge=0.5, lt=1.0)
@@ -105,6 +120,19 @@ class JobSpec(BaseModel):
         if self.max_gpus < 1 or self.max_nodes < 1:
             raise ValueError("max_gpus and max_nodes must be positive")
         return self
+
+    def memory_options(self) -> MemoryOptions:
+        return MemoryOptions(
+            optimizer=self.optimizer,
+            adapter_dtype=self.adapter_dtype,
+            lora_targets=self.lora_targets,
+            lora_dropout=self.lora_dropout,
+            train_embeddings=self.train_embeddings,
+            flash_attention=self.flash_attention,
+            chunked_loss=self.chunked_loss,
+            offload_optimizer=self.offload_optimizer,
+            framework=self.framework,
+        )
 
     @classmethod
     def build(cls, **fields: object) -> JobSpec:

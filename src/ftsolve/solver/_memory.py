@@ -27,26 +27,59 @@ METHOD_NAMES = ("full", "lora", "qlora")
 QUANT_NAMES = ("16-bit", "int8", "nf4")
 SHARD_NAMES = ("none", "ddp", "zero1", "zero2", "zero3")
 
-# Bytes per trainable parameter for (weights, grads, optimizer) by optimizer regime, full FT.
-# physics.md §2.1-2.2: mixed-precision AdamW 2+2+12 = 16; pure bf16 AdamW 2+2+4 = 8; bf16 +
-# bnb 8-bit AdamW 2+2+2.03; SGD+momentum with fp32 master 2+2+(4+4); Adafactor with fp32
-# master and factored second moments 2+2+4.
+# Bytes per parameter for (weights, grads, optimizer state) by optimizer regime, full fine-tuning
+# (physics.md §2.1-2.2): mixed-precision AdamW 2+2+12 = 16 (ZeRO convention); AMP on an fp32 model
+# 4+4+8 = 16; pure bf16 AdamW 2+2+4 = 8; bf16 + bitsandbytes 8-bit AdamW 2+2+2.03; paged
+# optimizers hold the same state as their unpaged twins (they absorb spikes, not steady state);
+# SGD+momentum with an fp32 master 2+2+(4+4); Adafactor with an fp32 master and factored
+# second moments 2+2+4.
 FULL_STATE_BYTES: dict[str, tuple[float, float, float]] = {
     "adamw": (2.0, 2.0, 12.0),
+    "adamw-fp32": (4.0, 4.0, 8.0),
     "adamw-bf16": (2.0, 2.0, 4.0),
     "adamw-8bit": (2.0, 2.0, 2.03),
+    "paged-adamw": (2.0, 2.0, 12.0),
+    "paged-adamw-8bit": (2.0, 2.0, 2.03),
     "sgd": (2.0, 2.0, 8.0),
     "adafactor": (2.0, 2.0, 4.0),
 }
-# Adapter (weight, grad, optimizer) bytes per parameter: PEFT keeps adapters in fp32
-# (physics.md §2.3) except in the pure-bf16 regime.
-ADAPTER_STATE_BYTES: dict[str, tuple[float, float, float]] = {
-    "adamw": (4.0, 4.0, 8.0),
-    "adamw-bf16": (2.0, 2.0, 4.0),
-    "adamw-8bit": (4.0, 4.0, 2.03),
-    "sgd": (4.0, 4.0, 4.0),
-    "adafactor": (4.0, 4.0, 0.0),
-}
+OPTIMIZERS = tuple(FULL_STATE_BYTES)
+
+
+def adapter_state_bytes(optimizer: str, adapter_dtype: str) -> tuple[float, float, float]:
+    """(weight, grad, optimizer) bytes per adapter parameter.
+
+    torch AdamW keeps its moments in the parameter's dtype; bitsandbytes paged 32-bit AdamW keeps
+    fp32 moments; 8-bit AdamW about 2.03 bytes (physics.md §2.2-2.3).
+    """
+    w = 4.0 if adapter_dtype == "fp32" else 2.0
+    opt = {
+        "adamw": 2 * w,
+        "adamw-fp32": 8.0,
+        "adamw-bf16": 4.0,
+        "adamw-8bit": 2.03,
+        "paged-adamw": 8.0,
+        "paged-adamw-8bit": 2.03,
+        "sgd": w,
+        "adafactor": 0.0,
+    }[optimizer]
+    return w, w, opt
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """Job-level choices that change memory but are not searched over by the planner."""
+
+    optimizer: str = "adamw"
+    adapter_dtype: str = "fp32"
+    lora_targets: str = "all-linear"
+    lora_dropout: float = 0.0
+    train_embeddings: bool = False
+    flash_attention: bool = True
+    chunked_loss: bool = False
+    offload_optimizer: bool = False
+    offload_params: bool = False  # FSDP cpu_offload: parameters and gradients live in CPU memory
+    framework: str = "hf"  # hf (Trainer/PEFT/FSDP), deepspeed, litgpt
 
 
 @dataclass(frozen=True)
@@ -59,22 +92,20 @@ class ModelSizes:
     lora_params: float
     layer_params: float
     embedding_table_params: float
+    embedding_params: float  # input embedding plus an untied lm_head
     matmul_params_active: float
     hidden: int
     layers: int
     vocab: int
+    heads: int
     q_dim: int
-    activation_units: float  # c in bytes·s·b·h per layer, before ACTIVATION_SCALE
+    kv_dim: int
+    intermediate: int
+    experts_per_token: int
+    gated: bool
 
     @classmethod
     def of(cls, arch: ModelArch, lora_rank: int, lora_targets: str) -> ModelSizes:
-        h, i = arch.hidden_size, arch.intermediate_size
-        kv_ratio = 2 * arch.kv_dim / h
-        mlp_units = (4 if arch.gated_mlp else 2) * i * arch.experts_per_token / h
-        q_ratio = arch.q_dim / h
-        # physics.md §3.2: norm in 1, QKV in 1, Q q/h, K+V 2kd/h, attention out q/h,
-        # MLP norm in 1, MLP in 1, gate/up/act/product 4·I/h (top-k experts for MoE); x2 bytes.
-        c = 2.0 * (4 + 2 * q_ratio + kv_ratio + mlp_units)
         return cls(
             total_params=float(arch.total_params()),
             linear_params=float(arch.linear_params_in_layers()),
@@ -82,22 +113,61 @@ class ModelSizes:
             lora_params=float(arch.lora_params(lora_rank, lora_targets)),
             layer_params=float(arch.attention_params_per_layer() + arch.mlp_params_per_layer()),
             embedding_table_params=float(arch.vocab_size * arch.hidden_size),
+            embedding_params=float(arch.embedding_params()),
             matmul_params_active=float(arch.matmul_params(active=True)),
-            hidden=h,
+            hidden=arch.hidden_size,
             layers=arch.num_layers,
             vocab=arch.vocab_size,
+            heads=arch.num_heads,
             q_dim=arch.q_dim,
-            activation_units=c,
+            kv_dim=arch.kv_dim,
+            intermediate=arch.intermediate_size,
+            experts_per_token=arch.experts_per_token,
+            gated=arch.gated_mlp,
         )
 
+    def activation_units(
+        self,
+        trains_attention: bool,
+        trains_mlp: bool,
+        lora_dropout: bool = False,
+        lora_targets: str = "all-linear",
+    ) -> float:
+        """Bytes saved for backward per token per layer, in units of bytes x hidden size.
 
-def base_weight_bytes(sizes: ModelSizes, method: I, quant: I) -> F:
+        physics.md §3.2, refined by what autograd keeps: a frozen linear layer needs no copy of its
+        input (only trainable weights need x for their gradient), but norms, activation functions
+        and flash attention keep their inputs and outputs whatever is trained. Full fine-tuning
+        (or LoRA on all linear layers) gives c = 2(4 + 2q/h + 2kv/h + 4I/h): 41 for Llama-3-8B.
+        """
+        h = self.hidden
+        q, kv = self.q_dim / h, 2 * self.kv_dim / h
+        i = self.intermediate * self.experts_per_token / h
+        # Always: two norm inputs, Q, K, V and the attention output (flash), and the MLP's
+        # element-wise inputs: gate, up and the activation output (gated), or fc1 output (not).
+        units = 2 + 2 * q + kv + (3 * i if self.gated else i)
+        if trains_attention:
+            units += 1  # normalized input of q/k/v
+        if trains_mlp:
+            units += 1 + i  # normalized input of gate/up (fc1) and input of down (fc2)
+        if lora_dropout:
+            # PEFT applies dropout separately in front of each adapted module: a bf16 copy and a
+            # 1-byte mask of each module's input (physics.md §3.4).
+            attn = 3 + q if lora_targets in ("attention", "all-linear") else 2 if lora_targets == "qv" else 0
+            mlp = (2 + i if self.gated else 1 + i) if lora_targets in ("mlp", "all-linear") else 0
+            units += 1.5 * (attn + mlp)
+        return 2.0 * units
+
+
+def base_weight_bytes(sizes: ModelSizes, method: I, quant: I, dense_bytes: float = 2.0) -> F:
     """Unsharded bytes of the model weights as stored on the GPU."""
     linear_b = np.select(
-        [quant == Q8, quant == Q4], [k.INT8_BYTES_PER_PARAM.value, k.NF4_BYTES_PER_PARAM.value], 2.0
+        [quant == Q8, quant == Q4], [k.INT8_BYTES_PER_PARAM.value, k.NF4_BYTES_PER_PARAM.value], dense_bytes
     )
     # Embeddings, lm_head and norms stay 16-bit under int8/NF4 (physics.md §2.4).
-    return sizes.linear_params * linear_b + sizes.other_params * 2.0 + 0.0 * method
+    other_b = np.where(quant == Q16, dense_bytes, 2.0)
+    out: F = sizes.linear_params * linear_b + sizes.other_params * other_b + 0.0 * method
+    return out
 
 
 @dataclass(frozen=True)
@@ -121,7 +191,7 @@ class MemoryTerms:
 
 def memory_terms(
     sizes: ModelSizes,
-    optimizer: str,
+    opts: MemoryOptions,
     seq_len: int,
     method: I,
     quant: I,
@@ -132,34 +202,77 @@ def memory_terms(
     """Memory per GPU for each configuration (all arrays broadcast together)."""
     n = n_gpus.astype(np.float64)
     full = method == FULL
-    w_b, g_b, o_b = FULL_STATE_BYTES[optimizer]
-    aw, ag, ao = ADAPTER_STATE_BYTES[optimizer]
+    w_b, g_b, o_b = FULL_STATE_BYTES[opts.optimizer]
+    deepspeed = opts.framework == "deepspeed"
+    if deepspeed and opts.optimizer in ("adamw", "paged-adamw"):
+        g_b += 4.0  # DeepSpeed keeps an fp32 copy of the gradients: 18 B/param (physics.md §2.1)
+    aw, ag, ao = adapter_state_bytes(opts.optimizer, opts.adapter_dtype)
     shard_w = np.where(shard == ZERO3, n, 1.0)
     shard_g = np.where(shard >= ZERO2, n, 1.0)
     shard_o = np.where(shard >= ZERO1, n, 1.0)
 
-    weights = np.where(full, sizes.total_params * w_b, base_weight_bytes(sizes, method, quant)) / shard_w
-    trainable = np.where(full, sizes.total_params, sizes.lora_params)
-    adapters = np.where(full, 0.0, sizes.lora_params * aw / shard_w)
-    grads = trainable * np.where(full, g_b, ag) / shard_g
-    optim = trainable * np.where(full, o_b, ao) / shard_o
-
-    layer_storage = np.where(full, 2.0, base_weight_bytes(sizes, method, quant) / sizes.total_params)
-    gathered = np.where(
-        (shard == ZERO3) & (n > 1),
-        k.ZERO3_GATHERED_LAYERS.value * sizes.layer_params * layer_storage
-        + sizes.embedding_table_params * 2.0,
-        0.0,
+    dense = 4.0 if opts.optimizer == "adamw-fp32" else 2.0  # an fp32-loaded model keeps fp32 weights
+    weights = (
+        np.where(full, sizes.total_params * w_b, base_weight_bytes(sizes, method, quant, dense)) / shard_w
     )
-    buckets = np.where((shard == DDP) & (n > 1), trainable * np.where(full, g_b, ag), 0.0)
+    # Trainable parameters: everything (full) or the adapters, plus embedding and lm_head copies
+    # when they are trained as well (PEFT modules_to_save keeps the original and a trainable copy).
+    extra = sizes.embedding_params if opts.train_embeddings else 0.0
+    adapters = np.where(full, 0.0, (sizes.lora_params + extra) * aw / shard_w)
+    trainable = np.where(full, sizes.total_params, sizes.lora_params + extra)
+    grads = trainable * np.where(full, g_b, ag) / shard_g
+    if opts.offload_params:
+        # Only the gathered units (below) are on the GPU; the shards wait in CPU memory.
+        weights, adapters, grads = weights * 0.0, adapters * 0.0, grads * 0.0
+    on_gpu_optim = 0.0 if opts.offload_optimizer or opts.offload_params else 1.0
+    optim = trainable * np.where(full, o_b, ao) / shard_o * on_gpu_optim
+
+    layer_storage = np.where(full, w_b, base_weight_bytes(sizes, method, quant, dense) / sizes.total_params)
+    if deepspeed:
+        # ZeRO-3 gathers up to stage3_max_live_parameters; ZeRO-1/2 hold reduce and allgather
+        # buckets (each at most the trainable size), physics.md §5.
+        live = np.minimum(sizes.total_params, k.DEEPSPEED_ZERO3_LIVE_ELEMENTS.value) * 2.0
+        gathered = np.where(shard == ZERO3, live, 0.0)
+        bucket = np.minimum(trainable, k.DEEPSPEED_BUCKET_ELEMENTS.value) * 2.0
+        buckets = np.where(
+            (shard == ZERO1) | (shard == ZERO2), 2.0 * bucket, np.where(shard == ZERO3, bucket, 0.0)
+        )
+    else:
+        gathered = np.where(
+            (shard == ZERO3) & (n > 1),
+            k.ZERO3_GATHERED_LAYERS.value * sizes.layer_params * layer_storage
+            + sizes.embedding_table_params * 2.0,
+            0.0,
+        )
+        buckets = np.where((shard == DDP) & (n > 1), trainable * np.where(full, g_b, ag), 0.0)
+    # Dequantization workspace: NF4/int8 linears are expanded to bf16 one layer at a time.
+    dequant = np.where(quant != Q16, k.DEQUANT_LAYERS.value * sizes.layer_params * 2.0, 0.0)
+    if opts.framework == "litgpt":
+        # Lightning FSDP with frozen base weights: the gradient of every FlatParameter is allocated
+        # at full size for the whole backward (FSDP gives a FlatParameter one gradient even when
+        # only the adapters in it train). Fitted to the LitGPT FSDP LoRA rows of measured.csv.
+        frozen_grads = np.where((shard == ZERO3) & (n > 1) & ~full, sizes.total_params * 2.0, 0.0)
+        grads = grads + frozen_grads
+    runtime = np.full(np.broadcast(n, method).shape, k.FRAMEWORK_RUNTIME_GIB[opts.framework].value * k.GIB)
     context = np.full(np.broadcast(n, method).shape, k.CUDA_CONTEXT_GIB.value * k.GIB)
     nccl = np.where(n > 1, k.NCCL_GIB.value * k.GIB, 0.0)
 
     s, h, layers = float(seq_len), float(sizes.hidden), float(sizes.layers)
-    c = sizes.activation_units * k.ACTIVATION_SCALE.value
+    t = opts.lora_targets
+    lora_c = sizes.activation_units(
+        t in ("attention", "all-linear", "qv"), t in ("mlp", "all-linear"), opts.lora_dropout > 0, t
+    )
+    c = np.where(full, sizes.activation_units(True, True), lora_c) * k.ACTIVATION_SCALE.value
+    if not opts.flash_attention:
+        # Eager attention keeps the softmax output (fp32) and its bf16 copy: a·s values of 6 bytes
+        # per token and layer (physics.md §3.1: 5 with dropout masks in Korthikanti's count).
+        c = c + k.EAGER_ATTENTION_BYTES_PER_SCORE.value * sizes.heads * s / h
     per_layer = c * s * h
     activations = np.where(ckpt == 1, 2.0 * s * h * layers + per_layer, per_layer * layers)
-    logits = np.full_like(activations, s * sizes.vocab * k.LOGITS_BYTES_PER_VALUE.value)
+    logit_bytes = (
+        k.CHUNKED_LOGITS_BYTES_PER_VALUE.value if opts.chunked_loss else k.LOGITS_BYTES_PER_VALUE.value
+    )
+    logits = np.full_like(activations, s * sizes.vocab * logit_bytes)
 
     shape = np.broadcast(n, method, quant, shard, ckpt).shape
 
@@ -173,7 +286,9 @@ def memory_terms(
             "gradients": b(grads),
             "optimizer": b(optim),
             "gathered_shards": b(gathered),
-            "ddp_buckets": b(buckets),
+            "comm_buckets": b(buckets),
+            "dequant_workspace": b(dequant),
+            "framework_runtime": b(runtime),
             "cuda_context": b(context),
             "nccl": b(nccl),
         },

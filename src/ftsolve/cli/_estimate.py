@@ -1,0 +1,126 @@
+"""`ftsolve estimate memory`: one configuration's peak memory per GPU, as a breakdown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ftsolve._errors import InvalidJobSpec
+from ftsolve._units import parse_count
+from ftsolve.cli._common import console, errors
+from ftsolve.solver._estimate import estimate_memory
+from ftsolve.solver._memory import OPTIMIZERS, SHARD_NAMES, MemoryOptions
+
+
+@click.group("estimate")
+def estimate_group() -> None:
+    """Estimates for one configuration (memory)."""
+
+
+@estimate_group.command("memory")
+@click.option("--model", help="Model preset, e.g. llama-3.1-8b.")
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path), help="A local config.json (or folder)."
+)
+@click.option("--params", help="Only a parameter count (7B, 70e9): a Llama-shaped guess, wider error band.")
+@click.option("--method", type=click.Choice(["full", "lora", "qlora"]), default="lora", show_default=True)
+@click.option(
+    "--precision", type=click.Choice(["auto", "16-bit", "int8", "nf4"]), default="auto", show_default=True
+)
+@click.option("--seq-len", type=int, default=2048, show_default=True)
+@click.option("--micro-batch", type=int, default=1, show_default=True)
+@click.option("--gpus", "n_gpus", type=int, default=1, show_default=True)
+@click.option("--sharding", type=click.Choice(list(SHARD_NAMES)), default="none", show_default=True)
+@click.option("--ckpt/--no-ckpt", default=True, show_default=True, help="Gradient checkpointing.")
+@click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True)
+@click.option("--lora-rank", type=int, default=16, show_default=True)
+@click.option(
+    "--lora-targets",
+    type=click.Choice(["all-linear", "attention", "mlp", "qv"]),
+    default="all-linear",
+    show_default=True,
+)
+@click.option("--lora-dropout", type=float, default=0.0, show_default=True)
+@click.option("--adapter-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
+@click.option(
+    "--framework", type=click.Choice(["hf", "deepspeed", "litgpt"]), default="hf", show_default=True
+)
+@click.option("--no-flash", is_flag=True, help="Eager attention (no FlashAttention/SDPA).")
+@click.option("--chunked-loss", is_flag=True, help="Chunked or fused cross-entropy.")
+@click.option("--gpu", help="Check the fit on this GPU (canonical id).")
+@click.option("--json", "as_json", is_flag=True)
+@errors
+def estimate_memory_cmd(
+    model: str | None,
+    config_path: Path | None,
+    params: str | None,
+    method: str,
+    precision: str,
+    seq_len: int,
+    micro_batch: int,
+    n_gpus: int,
+    sharding: str,
+    ckpt: bool,
+    optimizer: str,
+    lora_rank: int,
+    lora_targets: str,
+    lora_dropout: float,
+    adapter_dtype: str,
+    framework: str,
+    no_flash: bool,
+    chunked_loss: bool,
+    gpu: str | None,
+    as_json: bool,
+) -> None:
+    """Peak GPU memory per GPU, by component, for one training configuration."""
+    given = [x for x in (model, config_path, params) if x is not None]
+    if len(given) != 1:
+        raise InvalidJobSpec("give exactly one of --model, --config or --params")
+    target: str | Path | float = (
+        config_path
+        if config_path is not None
+        else float(parse_count(params, "params"))
+        if params
+        else str(model)
+    )
+    opts = MemoryOptions(
+        optimizer=optimizer,
+        adapter_dtype=adapter_dtype,
+        lora_targets=lora_targets,
+        lora_dropout=lora_dropout,
+        flash_attention=not no_flash,
+        chunked_loss=chunked_loss,
+        framework=framework,
+    )
+    est = estimate_memory(
+        target,
+        method=method,  # type: ignore[arg-type]
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        n_gpus=n_gpus,
+        sharding=sharding,
+        gradient_checkpointing=ckpt,
+        weight_precision=precision,  # type: ignore[arg-type]
+        lora_rank=lora_rank,
+        options=opts,
+        gpu=gpu,
+    )
+    if as_json:
+        click.echo(est.model_dump_json(indent=2))
+        return
+    con = console()
+    con.print(
+        f"{est.model} ({est.params_b:.2f}B), {est.method} {est.weight_precision}, seq {est.seq_len} x "
+        f"micro-batch {est.micro_batch}, {est.n_gpus} GPU(s) {est.sharding}, "
+        f"checkpointing {'on' if est.gradient_checkpointing else 'off'}"
+    )
+    for name, gib in est.components_gib.items():
+        if gib:
+            con.print(f"  {name:18s} {gib:9.2f} GiB")
+    con.print(
+        f"  {'peak per GPU':18s} {est.peak_gib:9.2f} GiB  (±{est.error_band:.0%}; {est.architecture_source})"
+    )
+    if est.gpu is not None:
+        verdict = "fits" if est.fits else "does NOT fit"
+        con.print(f"  {est.gpu}: usable {est.usable_gib:.1f} GiB -> {verdict}")

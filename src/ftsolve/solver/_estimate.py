@@ -1,0 +1,187 @@
+"""Stand-alone estimates for one configuration: `estimate_memory` (and the data it returns)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ftsolve._errors import InvalidJobSpec
+from ftsolve.catalog._hf import load_config_json
+from ftsolve.catalog._load import Catalog, load_catalog
+from ftsolve.catalog._models import ModelArch
+from ftsolve.solver import _coefficients as k
+from ftsolve.solver._memory import (
+    FULL,
+    METHOD_NAMES,
+    Q4,
+    Q8,
+    Q16,
+    QLORA,
+    SHARD_NAMES,
+    MemoryOptions,
+    ModelSizes,
+    memory_terms,
+)
+
+# Error bands stated with every estimate: the measured accuracy of the model on
+# ../shared/data/measured.csv (benchmarks/memory_accuracy.py), and a wider band when the
+# architecture had to be guessed from a bare parameter count.
+ARCH_KNOWN_BAND = 0.25
+PARAM_COUNT_BAND = 0.40
+
+
+class MemoryEstimate(BaseModel):
+    """Predicted peak memory per GPU for one configuration, by component."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    params_b: float
+    method: Literal["full", "lora", "qlora"]
+    weight_precision: str
+    sharding: str
+    n_gpus: int
+    micro_batch: int
+    seq_len: int
+    gradient_checkpointing: bool
+    components_gib: dict[str, float] = Field(description="static parts and the dynamic parts incl. margin")
+    peak_gib: float
+    error_band: float = Field(
+        description="relative: the measured p90 error, wider for a bare parameter count"
+    )
+    architecture_source: str
+    gpu: str | None = None
+    usable_gib: float | None = None
+    fits: bool | None = None
+
+
+def arch_from_param_count(n_params: float) -> ModelArch:
+    """A Llama-shaped architecture of about `n_params` parameters (aspect ratio h/L = 128, GQA 8,
+    SwiGLU with I = 3.5h, 128k vocabulary): the best guess when only a size is known."""
+    if n_params <= 1e7:
+        raise InvalidJobSpec(f"invalid parameter count {n_params:g}: expected at least 1e7")
+    vocab = 128256
+    h = 512
+    # Grow h in steps of 512 (so that heads = h/128 split into 4 KV groups) and L = h/128 until
+    # the decoder layers plus embeddings reach the count; then solve for L.
+    while True:
+        layers = max(h // 128, 2)
+        per_layer = 2 * h * h + 2 * h * (h // 4) + 3 * h * int(3.5 * h)
+        if layers * per_layer + 2 * vocab * h >= n_params or h > 65536:
+            break
+        h += 512
+    rest = max(n_params - 2 * vocab * h, per_layer)
+    layers = max(round(rest / per_layer), 1)
+    heads = max(h // 128, 1)
+    return ModelArch(
+        name=f"~{n_params / 1e9:.1f}B (from parameter count)",
+        family="guessed",
+        hidden_size=h,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=max(heads // 4, 1),
+        intermediate_size=int(3.5 * h),
+        vocab_size=vocab,
+        source="guessed from a parameter count",
+    )
+
+
+def resolve_arch(model: str | ModelArch | Path | float, catalog: Catalog) -> tuple[ModelArch, float, str]:
+    """(architecture, error band, where it came from) for a preset, a config.json or a size."""
+    if isinstance(model, ModelArch):
+        return model, ARCH_KNOWN_BAND, model.source or "given architecture"
+    if isinstance(model, (int, float)):
+        arch = arch_from_param_count(float(model))
+        return arch, PARAM_COUNT_BAND, arch.source
+    if isinstance(model, Path) or str(model).endswith(".json") or Path(str(model)).is_dir():
+        arch = load_config_json(model)
+        return arch, ARCH_KNOWN_BAND, str(model)
+    arch = catalog.model(str(model))
+    return arch, ARCH_KNOWN_BAND, arch.source
+
+
+def estimate_memory(
+    model: str | ModelArch | Path | float,
+    *,
+    method: Literal["full", "lora", "qlora"] = "lora",
+    seq_len: int = 2048,
+    micro_batch: int = 1,
+    n_gpus: int = 1,
+    sharding: str = "none",
+    gradient_checkpointing: bool = True,
+    weight_precision: Literal["auto", "16-bit", "int8", "nf4"] = "auto",
+    lora_rank: int = 16,
+    options: MemoryOptions | None = None,
+    gpu: str | None = None,
+    catalog: Catalog | None = None,
+) -> MemoryEstimate:
+    """Peak memory per GPU of one training configuration, as a breakdown.
+
+    `model` is a preset name, a ModelArch, a path to a Hugging Face config.json (or its folder), or
+    a bare parameter count (a wider error band is stated then).
+    """
+    catalog = catalog if catalog is not None else load_catalog(user=False)
+    opts = options or MemoryOptions()
+    if seq_len < 1 or micro_batch < 1 or n_gpus < 1:
+        raise InvalidJobSpec("invalid configuration: seq_len, micro_batch and n_gpus must be positive")
+    if sharding not in SHARD_NAMES:
+        raise InvalidJobSpec(f"invalid sharding {sharding!r}: choose one of {', '.join(SHARD_NAMES)}")
+    if n_gpus > 1 and sharding == "none":
+        raise InvalidJobSpec("invalid sharding: several GPUs need ddp, zero1, zero2 or zero3")
+    if n_gpus == 1 and sharding != "none" and opts.framework != "deepspeed":
+        raise InvalidJobSpec(
+            "invalid sharding: one GPU shards nothing (DeepSpeed ZeRO on one GPU: framework='deepspeed')"
+        )
+    arch, band, where = resolve_arch(model, catalog)
+    m = METHOD_NAMES.index(method)
+    if weight_precision == "auto":
+        q = Q4 if m == QLORA else Q16
+    else:
+        q = {"16-bit": Q16, "int8": Q8, "nf4": Q4}[weight_precision]
+    if m == FULL and q != Q16:
+        raise InvalidJobSpec("invalid weight_precision: full fine-tuning trains 16-bit weights")
+    sizes = ModelSizes.of(arch, lora_rank, opts.lora_targets)
+
+    def a(x: int) -> np.ndarray:
+        return np.array([x], dtype=np.int64)
+
+    terms = memory_terms(
+        sizes,
+        opts,
+        seq_len,
+        a(m),
+        a(q),
+        a(SHARD_NAMES.index(sharding)),
+        a(int(gradient_checkpointing)),
+        a(n_gpus),
+    )
+    margin = 1.0 + k.DYNAMIC_MARGIN.value
+    parts = {name: float(v[0]) / k.GIB for name, v in terms.static.items()}
+    parts |= {name: float(v[0]) * micro_batch * margin / k.GIB for name, v in terms.per_sample.items()}
+    peak = float(terms.peak_bytes(a(micro_batch))[0]) / k.GIB
+    usable = fits = None
+    if gpu is not None:
+        spec = catalog.gpu(gpu)
+        usable = round(spec.memory_gib * k.USABLE_MEMORY_FRACTION.value, 3)
+        fits = peak <= usable
+    return MemoryEstimate(
+        model=arch.name,
+        params_b=round(sizes.total_params / 1e9, 4),
+        method=method,
+        weight_precision={Q16: "16-bit", Q8: "int8", Q4: "nf4"}[q],
+        sharding=sharding,
+        n_gpus=n_gpus,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        gradient_checkpointing=gradient_checkpointing,
+        components_gib={name: round(v, 3) for name, v in parts.items()},
+        peak_gib=round(peak, 3),
+        error_band=band,
+        architecture_source=where,
+        gpu=gpu,
+        usable_gib=usable,
+        fits=fits,
+    )

@@ -1,0 +1,123 @@
+"""`estimate_memory` and `ftsolve estimate memory` (issue 3)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import ftsolve
+from ftsolve import InvalidJobSpec, MemoryOptions, estimate_memory
+from ftsolve.cli import cli
+
+
+def test_breakdown_sums_to_the_peak_and_checks_the_card() -> None:
+    est = estimate_memory("llama-3.1-8b", method="qlora", seq_len=2048, gpu="rtx-4090")
+    assert sum(est.components_gib.values()) == pytest.approx(est.peak_gib, abs=0.01)
+    assert est.fits is True and est.usable_gib is not None and est.peak_gib < est.usable_gib
+    big = estimate_memory(
+        "llama-3.1-70b", method="lora", seq_len=8192, gradient_checkpointing=False, gpu="rtx-4090"
+    )
+    assert big.fits is False
+
+
+def test_memory_grows_with_the_things_that_should_grow_it() -> None:
+    base = estimate_memory("llama-3.1-8b", method="lora")
+    assert estimate_memory("llama-3.1-8b", method="lora", micro_batch=4).peak_gib > base.peak_gib
+    assert estimate_memory("llama-3.1-8b", method="lora", seq_len=8192).peak_gib > base.peak_gib
+    assert (
+        estimate_memory("llama-3.1-8b", method="lora", gradient_checkpointing=False).peak_gib > base.peak_gib
+    )
+    assert (
+        estimate_memory("llama-3.1-8b", method="full").peak_gib
+        > base.peak_gib
+        > estimate_memory("llama-3.1-8b", method="qlora").peak_gib
+    )
+    dropout = estimate_memory("llama-3.1-8b", method="lora", options=MemoryOptions(lora_dropout=0.05))
+    assert dropout.components_gib["activations"] > base.components_gib["activations"]
+    eager = estimate_memory("llama-3.1-8b", method="lora", options=MemoryOptions(flash_attention=False))
+    assert eager.components_gib["activations"] > base.components_gib["activations"]
+    chunked = estimate_memory("llama-3.1-8b", method="lora", options=MemoryOptions(chunked_loss=True))
+    assert chunked.components_gib["logits"] < base.components_gib["logits"]
+    # Optimizer regimes swing full fine-tuning by about 2x (physics.md §2.1).
+    mixed = estimate_memory("llama-3.1-8b", method="full", options=MemoryOptions(optimizer="adamw"))
+    pure = estimate_memory("llama-3.1-8b", method="full", options=MemoryOptions(optimizer="adamw-bf16"))
+    assert mixed.components_gib["optimizer"] == pytest.approx(3 * pure.components_gib["optimizer"], rel=0.01)
+    sharded = estimate_memory("llama-3.1-8b", method="full", n_gpus=8, sharding="zero3")
+    assert sharded.components_gib["optimizer"] == pytest.approx(
+        mixed.components_gib["optimizer"] / 8, rel=0.01
+    )
+
+
+def test_config_json_and_param_count_inputs(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 4096,
+                "num_hidden_layers": 32,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "intermediate_size": 14336,
+                "vocab_size": 128256,
+                "tie_word_embeddings": False,
+            }
+        )
+    )
+    from_file = estimate_memory(cfg, method="lora")
+    assert from_file.peak_gib == pytest.approx(estimate_memory("llama-3.1-8b", method="lora").peak_gib)
+    guessed = estimate_memory(8e9, method="lora")
+    assert guessed.error_band > from_file.error_band
+    assert guessed.params_b == pytest.approx(8.0, rel=0.05)
+
+
+def test_bad_inputs_raise_one_clear_error() -> None:
+    with pytest.raises(InvalidJobSpec, match="several GPUs"):
+        estimate_memory("llama-3.1-8b", n_gpus=4)
+    with pytest.raises(InvalidJobSpec, match="full fine-tuning trains 16-bit"):
+        estimate_memory("llama-3.1-8b", method="full", weight_precision="nf4")
+    with pytest.raises(ftsolve.UnknownCatalogEntry):
+        estimate_memory("llama-9")
+
+
+def test_cli_estimate_memory() -> None:
+    r = CliRunner().invoke(
+        cli,
+        [
+            "estimate",
+            "memory",
+            "--model",
+            "llama-3.1-8b",
+            "--method",
+            "lora",
+            "--json",
+            "--gpu",
+            "a100-sxm-80gb",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["fits"] is True and "activations" in data["components_gib"]
+    r = CliRunner().invoke(cli, ["estimate", "memory", "--params", "7B", "--method", "qlora"])
+    assert r.exit_code == 0 and "guessed from a parameter count" in r.output
+    r = CliRunner().invoke(cli, ["estimate", "memory", "--model", "x", "--params", "7B"])
+    assert r.exit_code == 2 and "exactly one of" in r.output
+
+
+def test_planner_uses_the_same_memory_model() -> None:
+    job = ftsolve.JobSpec(model="llama-3.1-8b", train_tokens=10_000_000, seq_len=2048, methods=("qlora",))
+    p = ftsolve.plan(job, top=1).plans[0]
+    est = estimate_memory(
+        "llama-3.1-8b",
+        method="qlora",
+        seq_len=2048,
+        micro_batch=p.micro_batch,
+        n_gpus=p.n_gpus,
+        sharding=p.sharding,
+        gradient_checkpointing=p.gradient_checkpointing,
+        lora_rank=job.lora_rank,
+    )
+    assert est.peak_gib == pytest.approx(p.memory.peak_gib, abs=0.01)
