@@ -27,7 +27,7 @@ from ftsolve.solver import (
     check_plan,
     plan,
 )
-from ftsolve.solver._estimate import MemoryEstimate, estimate_memory
+from ftsolve.solver._estimate import MemoryEstimate, TimeEstimate, estimate_memory, estimate_time
 from ftsolve.solver._memory import MemoryOptions
 
 try:
@@ -54,10 +54,12 @@ __all__ = [
     "PlanSet",
     "Relaxation",
     "TimeBreakdown",
+    "TimeEstimate",
     "UnknownCatalogEntry",
     "__version__",
     "check_plan",
     "estimate_memory",
+    "estimate_time",
     "load_catalog",
     "load_config_json",
     "plan",

@@ -9,13 +9,13 @@ import click
 from ftsolve._errors import InvalidJobSpec
 from ftsolve._units import parse_count
 from ftsolve.cli._common import console, errors
-from ftsolve.solver._estimate import estimate_memory
+from ftsolve.solver._estimate import estimate_memory, estimate_time
 from ftsolve.solver._memory import OPTIMIZERS, SHARD_NAMES, MemoryOptions
 
 
 @click.group("estimate")
 def estimate_group() -> None:
-    """Estimates for one configuration (memory)."""
+    """Estimates for one configuration: peak memory, step time and throughput."""
 
 
 @estimate_group.command("memory")
@@ -124,3 +124,100 @@ def estimate_memory_cmd(
     if est.gpu is not None:
         verdict = "fits" if est.fits else "does NOT fit"
         con.print(f"  {est.gpu}: usable {est.usable_gib:.1f} GiB -> {verdict}")
+
+
+@estimate_group.command("time")
+@click.option("--model", help="Model preset, e.g. llama-3.1-8b.")
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path), help="A local config.json (or folder)."
+)
+@click.option("--params", help="Only a parameter count (7B, 70e9).")
+@click.option("--gpu", required=True, help="Canonical GPU id, e.g. h100-sxm.")
+@click.option("--method", type=click.Choice(["full", "lora", "qlora"]), default="lora", show_default=True)
+@click.option("--seq-len", type=int, default=2048, show_default=True)
+@click.option("--micro-batch", type=int, default=1, show_default=True)
+@click.option("--grad-accum", type=int, default=1, show_default=True)
+@click.option("--gpus", "n_gpus", type=int, default=1, show_default=True)
+@click.option("--nodes", type=int, default=1, show_default=True)
+@click.option("--sharding", type=click.Choice(list(SHARD_NAMES)), default="none", show_default=True)
+@click.option("--ckpt/--no-ckpt", default=True, show_default=True, help="Gradient checkpointing.")
+@click.option("--network-gbit", type=float, help="Inter-node network per node in Gbit/s (default 100).")
+@click.option("--tokens", help="Training tokens (50M, 1B) to turn throughput into hours.")
+@click.option(
+    "--real-token-fraction",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Share of real tokens (padding lowers it; 1.0 when packed).",
+)
+@click.option("--json", "as_json", is_flag=True)
+@errors
+def estimate_time_cmd(
+    model: str | None,
+    config_path: Path | None,
+    params: str | None,
+    gpu: str,
+    method: str,
+    seq_len: int,
+    micro_batch: int,
+    grad_accum: int,
+    n_gpus: int,
+    nodes: int,
+    sharding: str,
+    ckpt: bool,
+    network_gbit: float | None,
+    tokens: str | None,
+    real_token_fraction: float,
+    as_json: bool,
+) -> None:
+    """Step time and tokens/s of one configuration, with the communication it exposes."""
+    given = [x for x in (model, config_path, params) if x is not None]
+    if len(given) != 1:
+        raise InvalidJobSpec("give exactly one of --model, --config or --params")
+    target: str | Path | float = (
+        config_path
+        if config_path is not None
+        else float(parse_count(params, "params"))
+        if params
+        else str(model)
+    )
+    if not 0 < real_token_fraction <= 1:
+        raise InvalidJobSpec(f"invalid --real-token-fraction {real_token_fraction}: must be in (0, 1]")
+    est = estimate_time(
+        target,
+        gpu,
+        method=method,  # type: ignore[arg-type]
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        grad_accum=grad_accum,
+        n_gpus=n_gpus,
+        nodes=nodes,
+        sharding=sharding,
+        gradient_checkpointing=ckpt,
+        inter_node_gbit_per_s=network_gbit,
+        train_tokens=parse_count(tokens) if tokens else None,
+        real_token_fraction=real_token_fraction,
+    )
+    if as_json:
+        click.echo(est.model_dump_json(indent=2))
+        return
+    con = console()
+    con.print(
+        f"{est.model} {est.method} on {est.n_gpus}x {est.gpu} ({est.nodes} node(s), {est.sharding}), "
+        f"seq {est.seq_len} x micro-batch {est.micro_batch} x accumulation {est.grad_accum}"
+    )
+    con.print(
+        f"  FLOPs per token      {est.flops_per_token / 1e9:9.1f} G (peak {est.peak_tflops:g} TFLOP/s, "
+        f"utilization {est.utilization:.2f})"
+    )
+    con.print(f"  compute per step     {est.compute_s:9.3f} s")
+    con.print(
+        f"  communication        {est.communication_s:9.3f} s ({est.exposed_communication_s:.3f} s exposed)"
+    )
+    con.print(f"  optimizer step       {est.optimizer_s:9.3f} s")
+    con.print(
+        f"  step                 {est.step_s:9.3f} s  -> {est.tokens_per_s:,.0f} tokens/s "
+        f"({est.tokens_per_s_per_gpu:,.0f} per GPU, scaling efficiency {est.scaling_efficiency:.0%})"
+    )
+    if est.hours is not None:
+        con.print(f"  training             {est.hours:9.2f} h")

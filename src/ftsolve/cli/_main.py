@@ -63,6 +63,20 @@ def cli() -> None:
     "--trial-fraction", type=float, default=0.05, show_default=True, help="Share of the data per trial."
 )
 @click.option(
+    "--eval-fraction",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Evaluation tokens as a share of training tokens.",
+)
+@click.option(
+    "--real-token-fraction",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Share of real tokens (padding lowers it; 1.0 when packed).",
+)
+@click.option(
     "--failure-prob",
     type=float,
     default=0.0,
@@ -104,6 +118,8 @@ def plan_cmd(
     markets: str,
     trials: int,
     trial_fraction: float,
+    eval_fraction: float,
+    real_token_fraction: float,
     failure_prob: float,
     providers: str | None,
     regions: str | None,
@@ -134,6 +150,8 @@ def plan_cmd(
         trial_runs=trials,
         trial_fraction=trial_fraction,
         failure_probability=failure_prob,
+        eval_fraction=eval_fraction,
+        real_token_fraction=real_token_fraction,
         providers=_csv(providers),
         regions=_csv(regions),
         countries=_csv(countries),

@@ -89,6 +89,7 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int)
         tokens_per_s=round(float(t.tokens_per_s[i]), 1),
         step_s=round(float(t.step_s[i]), 4),
         training_hours=round(float(t.train_hours[i]), 4),
+        evaluation_hours=round(float(t.eval_hours[i]), 4),
         startup_hours=round(float(t.startup_hours[i]), 4),
         checkpoint_hours=round(float(t.checkpoint_hours[i]), 4),
         preemption_rework_hours=round(float(t.rework_hours[i]), 4),

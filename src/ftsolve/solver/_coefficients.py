@@ -124,16 +124,28 @@ DEEPSPEED_ZERO3_LIVE_ELEMENTS = Coefficient(
     1e9, "parameters gathered at once under ZeRO-3", "DeepSpeed stage3_max_live_parameters default"
 )
 
+_THROUGHPUT_FIT = (
+    "least squares on the 53 even-id throughput rows of ../shared/data/measured.csv (Qwen README on "
+    "A100-80G, LLM Foundry MPT on A100/H100); benchmarks/throughput_accuracy.py --fit, 2026-11-29"
+)
+
 # --- throughput ---------------------------------------------------------------------------
 # Hardware utilization u on real tokens by GPU architecture (physics.md §8, recommended defaults).
 UTILIZATION_BY_ARCH: dict[str, Coefficient] = {
-    "Hopper": Coefficient(0.40, "of dense 16-bit peak", "physics.md §8: H100 0.40 single GPU"),
+    "Hopper": Coefficient(
+        0.48, "of dense 16-bit peak", "physics.md §8: 0.38-0.46 MFU reported for H100", _THROUGHPUT_FIT
+    ),
     "Blackwell": Coefficient(
         0.35,
         "of dense 16-bit peak",
         "assumption: below Hopper until measured (new kernels; physics.md §8 has no data)",
     ),
-    "Ampere": Coefficient(0.45, "of dense 16-bit peak", "physics.md §8: A100 0.45, A6000-class 0.45"),
+    "Ampere": Coefficient(
+        0.58,
+        "of dense 16-bit peak",
+        "physics.md §8: 0.44-0.58 on A100 (EleutherAI, fms-fsdp)",
+        _THROUGHPUT_FIT,
+    ),
     "Ada Lovelace": Coefficient(0.45, "of dense 16-bit peak", "physics.md §8: 4090/L40S-class 0.45"),
     "default": Coefficient(
         0.35,
@@ -141,8 +153,30 @@ UTILIZATION_BY_ARCH: dict[str, Coefficient] = {
         "assumption for Volta/Turing/AMD/Intel: no fine-tuning measurement in physics.md",
     ),
 }
+PER_LAYER_PASS_S = Coefficient(
+    0.00113,
+    "seconds per decoder layer per pass (forward, backward, recompute) of each micro-batch",
+    "assumption: kernel-launch and framework overhead that does not scale with tokens; visible as "
+    "low tokens/s at short sequences in the Qwen README profiling table",
+    _THROUGHPUT_FIT,
+)
+ZERO_LAYER_PASS_S = Coefficient(
+    0.00123,
+    "seconds per decoder layer per pass of each micro-batch under ZeRO-2/3 (collective latency and hooks)",
+    "physics.md §9.3 field reports (DeepSpeed #1174: ZeRO-3 forward 8x slower than ZeRO-2)",
+    _THROUGHPUT_FIT,
+)
+DEQUANT_BYTES_PER_PARAM = Coefficient(
+    18.1,
+    "bytes-equivalent of memory traffic per quantized base parameter per pass to dequantize it",
+    "physics.md §7 gives 4.5 for NF4 (0.52 read + 2 write + 2 read); the fit on GPTQ-int4 Q-LoRA "
+    "rows is about 4x that (older GPTQ kernels)",
+    _THROUGHPUT_FIT,
+)
 QLORA_TIME_FACTOR = Coefficient(
-    1.3, "x LoRA time on the same GPU", "physics.md §7: default 1.3 (published 1.0-1.8)"
+    1.0,
+    "x LoRA time on the same GPU, on top of the dequantization term",
+    "physics.md §7 (published 1.0-1.8 end to end); the dequantization cost is now explicit",
 )
 INT8_TIME_FACTOR = Coefficient(
     3.0, "x LoRA time on the same GPU", "gpu_poor src/App.js bnb int8 factor 3.0 (estimators.md §2)"

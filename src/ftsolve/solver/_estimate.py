@@ -185,3 +185,137 @@ def estimate_memory(
         usable_gib=usable,
         fits=fits,
     )
+
+
+class TimeEstimate(BaseModel):
+    """Predicted step time and throughput for one configuration, by phase."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    gpu: str
+    method: Literal["full", "lora", "qlora"]
+    n_gpus: int
+    nodes: int
+    sharding: str
+    micro_batch: int
+    grad_accum: int
+    seq_len: int
+    gradient_checkpointing: bool
+    flops_per_token: float = Field(description="hardware FLOPs per processed token, recompute included")
+    peak_tflops: float
+    utilization: float
+    compute_s: float
+    communication_s: float
+    exposed_communication_s: float
+    optimizer_s: float
+    step_s: float
+    tokens_per_step: int
+    tokens_per_s: float = Field(description="processed tokens per second, all GPUs")
+    tokens_per_s_per_gpu: float
+    scaling_efficiency: float = Field(description="compute time / step time")
+    hours: float | None = Field(default=None, description="training hours for `train_tokens`, if given")
+
+
+def estimate_time(
+    model: str | ModelArch | Path | float,
+    gpu: str,
+    *,
+    method: Literal["full", "lora", "qlora"] = "lora",
+    seq_len: int = 2048,
+    micro_batch: int = 1,
+    grad_accum: int = 1,
+    n_gpus: int = 1,
+    nodes: int = 1,
+    sharding: str = "none",
+    gradient_checkpointing: bool = True,
+    weight_precision: Literal["auto", "16-bit", "int8", "nf4"] = "auto",
+    lora_rank: int = 16,
+    options: MemoryOptions | None = None,
+    inter_node_gbit_per_s: float | None = None,
+    utilization: float | None = None,
+    train_tokens: int | None = None,
+    real_token_fraction: float = 1.0,
+    catalog: Catalog | None = None,
+) -> TimeEstimate:
+    """Step time, tokens/s and (optionally) hours of one configuration on `gpu` (physics.md §7-9)."""
+    catalog = catalog if catalog is not None else load_catalog(user=False)
+    opts = options or MemoryOptions()
+    if min(seq_len, micro_batch, grad_accum, n_gpus, nodes) < 1:
+        raise InvalidJobSpec("invalid configuration: sizes and counts must be positive")
+    if n_gpus % nodes:
+        raise InvalidJobSpec(f"invalid nodes: {n_gpus} GPUs do not split evenly over {nodes} nodes")
+    if sharding not in SHARD_NAMES:
+        raise InvalidJobSpec(f"invalid sharding {sharding!r}: choose one of {', '.join(SHARD_NAMES)}")
+    spec = catalog.gpu(gpu)
+    if spec.tensor_tflops is None or spec.memory_bandwidth_gb_per_s is None:
+        raise InvalidJobSpec(f"GPU {gpu!r} has no tensor peak or bandwidth in the catalog; no time estimate")
+    arch, _band, _where = resolve_arch(model, catalog)
+    m = METHOD_NAMES.index(method)
+    q = (
+        (Q4 if m == QLORA else Q16)
+        if weight_precision == "auto"
+        else {"16-bit": Q16, "int8": Q8, "nf4": Q4}[weight_precision]
+    )
+    sizes = ModelSizes.of(arch, lora_rank, opts.lora_targets)
+    from ftsolve.solver._throughput import flops_per_token, intra_node_bus_gb_per_s, step_time
+    from ftsolve.solver._throughput import utilization as arch_utilization
+
+    def a(x: int) -> np.ndarray:
+        return np.array([x], dtype=np.int64)
+
+    sh = a(SHARD_NAMES.index(sharding))
+    terms = memory_terms(sizes, opts, seq_len, a(m), a(q), sh, a(int(gradient_checkpointing)), a(n_gpus))
+    state_bytes = terms.static["optimizer"] + terms.static["gradients"] + terms.static["weights"]
+    bus = intra_node_bus_gb_per_s(spec)
+    if nodes > 1:
+        gbit = inter_node_gbit_per_s if inter_node_gbit_per_s is not None else k.DEFAULT_INTER_NODE_GBIT.value
+        bus = min(bus, gbit * k.INTER_NODE_EFFICIENCY.value / 8.0)
+    u = utilization if utilization is not None else arch_utilization(spec).value
+
+    def f(x: float) -> np.ndarray:
+        return np.array([x], dtype=np.float64)
+
+    st = step_time(
+        sizes,
+        seq_len,
+        state_bytes,
+        a(m),
+        a(q),
+        sh,
+        a(int(gradient_checkpointing)),
+        a(n_gpus),
+        a(micro_batch),
+        a(grad_accum),
+        f(spec.tensor_tflops),
+        f(u),
+        f(spec.memory_bandwidth_gb_per_s),
+        f(bus),
+    )
+    tps = float(st.tokens_per_s[0])
+    hours = None if train_tokens is None else train_tokens / real_token_fraction / tps / 3600.0
+    return TimeEstimate(
+        model=arch.name,
+        gpu=gpu,
+        method=method,
+        n_gpus=n_gpus,
+        nodes=nodes,
+        sharding=sharding,
+        micro_batch=micro_batch,
+        grad_accum=grad_accum,
+        seq_len=seq_len,
+        gradient_checkpointing=gradient_checkpointing,
+        flops_per_token=float(flops_per_token(sizes, seq_len, a(m), a(int(gradient_checkpointing)))[0]),
+        peak_tflops=spec.tensor_tflops,
+        utilization=u,
+        compute_s=float(st.compute_s[0]),
+        communication_s=float(st.comm_s[0]),
+        exposed_communication_s=float(st.exposed_comm_s[0]),
+        optimizer_s=float(st.optimizer_s[0]),
+        step_s=float(st.step_s[0]),
+        tokens_per_step=int(st.tokens_per_step[0]),
+        tokens_per_s=tps,
+        tokens_per_s_per_gpu=tps / n_gpus,
+        scaling_efficiency=float(st.compute_s[0] / st.step_s[0]),
+        hours=hours,
+    )

@@ -38,7 +38,7 @@ from ftsolve.solver._memory import (
     max_micro_batch,
     memory_terms,
 )
-from ftsolve.solver._throughput import intra_node_bus_gb_per_s, step_time, utilization
+from ftsolve.solver._throughput import flops_per_token, intra_node_bus_gb_per_s, step_time, utilization
 
 F = NDArray[np.float64]
 I = NDArray[np.int64]
@@ -98,6 +98,7 @@ class CandidateTable:
     step_s: F
     exposed_comm_s: F
     train_hours: F
+    eval_hours: F
     startup_hours: F
     checkpoint_hours: F
     rework_hours: F
@@ -274,6 +275,12 @@ def build_candidates(job: JobSpec, catalog: Catalog) -> CandidateTable:
     )
     processed_tokens = job.train_tokens / job.real_token_fraction
     train_h = processed_tokens / st.tokens_per_s / 3600.0
+    # Evaluation passes run the forward alone over eval_fraction of the training tokens.
+    total_flops = flops_per_token(sizes, job.seq_len, p_method, p_ckpt)
+    fwd_flops = flops_per_token(sizes, job.seq_len, p_method, np.zeros_like(p_ckpt)) / np.where(
+        p_method == FULL, 3.0, 2.0
+    )
+    eval_h = train_h * job.eval_fraction * fwd_flops / total_flops
 
     pair_index = np.full((H, T), -1, dtype=np.int64)
     pair_index[hi, ti] = np.arange(hi.shape[0])
@@ -341,7 +348,7 @@ def build_candidates(job: JobSpec, catalog: Catalog) -> CandidateTable:
     )
     final_bytes = np.where(method_c == FULL, model_bytes_16, sizes.lora_params * 2.0)
     write_bps = k.CHECKPOINT_WRITE_GB_PER_S.value * 1e9
-    work_h = train_h[c_p]
+    work_h = train_h[c_p] + eval_h[c_p]
     runs = RunInputs(
         market=c_mk,
         work_h=work_h,
@@ -413,7 +420,8 @@ def build_candidates(job: JobSpec, catalog: Catalog) -> CandidateTable:
         tokens_per_s=st.tokens_per_s[c_p],
         step_s=st.step_s[c_p],
         exposed_comm_s=st.exposed_comm_s[c_p],
-        train_hours=work_h,
+        train_hours=train_h[c_p],
+        eval_hours=eval_h[c_p],
         startup_hours=startup_h,
         checkpoint_hours=costs.checkpoint_hours,
         rework_hours=costs.rework_hours,

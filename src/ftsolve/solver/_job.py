@@ -94,6 +94,12 @@ class JobSpec(BaseModel):
     real_token_fraction: float = Field(
         default=1.0, gt=0, le=1.0, description="share of real (non-padding) tokens; 1.0 when packed"
     )
+    eval_fraction: float = Field(
+        default=0.0,
+        ge=0,
+        le=10.0,
+        description="evaluation tokens as a share of training tokens (forward only)",
+    )
     download_mb_per_s: float = Field(default=200.0, gt=0, description="base-model download bandwidth")
     dataset_gb: float = Field(default=1.0, ge=0)
     retention_days: float = Field(default=7.0, ge=0, description="days volumes are kept after the run")

@@ -36,6 +36,7 @@ class TimeBreakdown(_Frozen):
     tokens_per_s: float = Field(description="processed tokens per second, all GPUs together")
     step_s: float
     training_hours: float
+    evaluation_hours: float
     startup_hours: float
     checkpoint_hours: float
     preemption_rework_hours: float

@@ -14,6 +14,7 @@ from ftsolve.solver._memory import (
     FULL,
     Q4,
     Q8,
+    Q16,
     ZERO1,
     ZERO2,
     ZERO3,
@@ -104,7 +105,24 @@ def step_time(
     passes = 2.0 + ckpt
     weight_bytes = np.where(method == FULL, sizes.total_params * 2.0, base_weight_bytes(sizes, method, quant))
     stream = passes * weight_bytes / (mem_bw_gb_per_s * 1e9 * k.WEIGHT_STREAM_EFFICIENCY.value)
-    per_mb = np.maximum(compute, stream)
+    # Fixed work per micro-batch that does not shrink with fewer tokens: kernel launches and
+    # framework overhead per layer and pass, and dequantizing quantized bases every pass
+    # (memory-bound, physics.md §7: about 4.5 bytes moved per base parameter per pass).
+    launch = passes * sizes.layers * k.PER_LAYER_PASS_S.value
+    dequant = np.where(
+        quant != Q16,
+        passes
+        * sizes.linear_params
+        * k.DEQUANT_BYTES_PER_PARAM.value
+        / (mem_bw_gb_per_s * 1e9 * k.WEIGHT_STREAM_EFFICIENCY.value),
+        0.0,
+    )
+    # ZeRO-2/3 hook every layer in every pass (parameter fetch or gradient reduce-scatter); the
+    # latency of those small collectives does not overlap well (DeepSpeed issue #1174).
+    zero_hooks = np.where(
+        (shard == ZERO2) | (shard == ZERO3), passes * sizes.layers * k.ZERO_LAYER_PASS_S.value, 0.0
+    )
+    per_mb = np.maximum(compute, stream) + launch + dequant + zero_hooks
     factor = np.select([quant == Q4, quant == Q8], [k.QLORA_TIME_FACTOR.value, k.INT8_TIME_FACTOR.value], 1.0)
     per_mb = per_mb * np.where(method == FULL, 1.0, factor)
 

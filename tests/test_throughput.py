@@ -1,0 +1,132 @@
+"""Throughput and time model (issue 4): published multi-GPU behaviour and the time inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import ftsolve
+from ftsolve import estimate_time
+from ftsolve.cli import cli
+
+
+def test_zero3_over_pcie_or_slow_links_is_slower_per_gpu_than_nvlink() -> None:
+    kw = dict(method="full", seq_len=2048, micro_batch=1, n_gpus=8, sharding="zero3")
+    nvlink = estimate_time("llama-3.1-8b", "a100-sxm-80gb", **kw)  # type: ignore[arg-type]
+    pcie = estimate_time("llama-3.1-8b", "a100-pcie-80gb", **kw)  # type: ignore[arg-type]
+    # Same 312 TFLOP/s tensor peak; only the interconnect differs.
+    assert pcie.tokens_per_s_per_gpu < nvlink.tokens_per_s_per_gpu
+    assert pcie.exposed_communication_s > nvlink.exposed_communication_s
+    two_nodes = estimate_time(
+        "llama-3.1-8b", "a100-sxm-80gb", nodes=2, inter_node_gbit_per_s=100, **{**kw, "n_gpus": 16}
+    )  # type: ignore[arg-type]
+    assert two_nodes.tokens_per_s_per_gpu < nvlink.tokens_per_s_per_gpu
+    assert two_nodes.scaling_efficiency < nvlink.scaling_efficiency
+
+
+def test_lora_under_ddp_moves_only_adapter_gradients() -> None:
+    arch = ftsolve.load_catalog().model("llama-3.1-8b")
+    lora = estimate_time(
+        "llama-3.1-8b",
+        "a100-pcie-80gb",
+        method="lora",
+        n_gpus=8,
+        sharding="ddp",
+        gradient_checkpointing=False,
+        lora_rank=16,
+    )
+    full = estimate_time(
+        "llama-3.1-8b",
+        "a100-pcie-80gb",
+        method="full",
+        n_gpus=8,
+        sharding="ddp",
+        gradient_checkpointing=False,
+    )
+    # Ring all-reduce: 2(n-1)/n x (trainable parameters x gradient bytes) over the bus.
+    ratio = lora.communication_s / full.communication_s
+    expected = arch.lora_params(16, "all-linear") * 4.0 / (arch.total_params() * 2.0)
+    assert ratio == pytest.approx(expected, rel=1e-6)
+    assert lora.exposed_communication_s == 0.0
+
+
+def test_method_checkpointing_and_quantization_order_the_speed() -> None:
+    def tps(**kw: object) -> float:
+        return estimate_time("llama-3.1-8b", "h100-sxm", seq_len=2048, micro_batch=2, **kw).tokens_per_s  # type: ignore[arg-type]
+
+    assert tps(method="lora", gradient_checkpointing=False) > tps(method="full", gradient_checkpointing=False)
+    assert tps(method="lora", gradient_checkpointing=False) > tps(method="lora", gradient_checkpointing=True)
+    assert tps(method="lora") > tps(method="qlora")
+
+
+def test_padding_and_evaluation_lengthen_the_run() -> None:
+    packed = estimate_time("llama-3.1-8b", "h100-sxm", train_tokens=100_000_000)
+    padded = estimate_time("llama-3.1-8b", "h100-sxm", train_tokens=100_000_000, real_token_fraction=0.5)
+    assert padded.hours == pytest.approx(2 * packed.hours)  # type: ignore[operator]
+    job = ftsolve.JobSpec(
+        model="llama-3.1-8b",
+        train_tokens=50_000_000,
+        seq_len=2048,
+        methods=("lora",),
+        markets=("on-demand",),
+        gpus=("h100-sxm",),
+        max_gpus=1,
+    )
+    base = ftsolve.plan(job, top=1).plans[0]
+    with_eval = ftsolve.plan(job.model_copy(update={"eval_fraction": 0.1}), top=1).plans[0]
+    assert base.time.evaluation_hours == 0
+    assert with_eval.time.evaluation_hours > 0
+    assert with_eval.time.expected_hours > base.time.expected_hours
+
+
+def test_bf16_less_cards_use_the_fp16_peak_and_every_gpu_with_data_estimates() -> None:
+    v100 = estimate_time("llama-3.2-1b", "v100-sxm2-16gb", method="lora")
+    assert v100.peak_tflops == 125.0
+    with pytest.raises(ftsolve.InvalidJobSpec, match="no tensor peak"):
+        estimate_time("llama-3.2-1b", "a10g")
+
+
+def test_cli_estimate_time() -> None:
+    r = CliRunner().invoke(
+        cli,
+        [
+            "estimate",
+            "time",
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "h100-sxm",
+            "--method",
+            "full",
+            "--gpus",
+            "8",
+            "--sharding",
+            "zero3",
+            "--tokens",
+            "1B",
+            "--json",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["tokens_per_s"] > 0 and data["hours"] > 0 and 0 < data["scaling_efficiency"] <= 1
+    r = CliRunner().invoke(
+        cli,
+        [
+            "estimate",
+            "time",
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "h100-sxm",
+            "--gpus",
+            "6",
+            "--nodes",
+            "4",
+            "--sharding",
+            "ddp",
+        ],
+    )
+    assert r.exit_code == 2 and "do not split evenly" in r.output
