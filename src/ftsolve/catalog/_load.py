@@ -6,12 +6,14 @@ import csv
 import datetime as dt
 import io
 from collections.abc import Iterable, Mapping
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ftsolve._errors import CatalogError, UnknownCatalogEntry
+from ftsolve.catalog._arrays import OfferArrays
 from ftsolve.catalog._models import GpuSpec, ModelArch, Offer
 from ftsolve.catalog._presets import PRESETS
 
@@ -46,6 +48,11 @@ class Catalog(BaseModel):
     gpus: Mapping[str, GpuSpec]
     offers: tuple[Offer, ...]
     models: Mapping[str, ModelArch]
+
+    @cached_property
+    def arrays(self) -> OfferArrays:
+        """Column arrays of the offers (computed once per catalog object)."""
+        return OfferArrays.of(self.offers)
 
     def gpu(self, name: str) -> GpuSpec:
         try:

@@ -49,7 +49,8 @@ def plan(
     if engine not in ENGINES:
         raise InvalidJobSpec(f"invalid engine {engine!r}: choose one of {', '.join(ENGINES)}")
     catalog = catalog if catalog is not None else load_catalog()
-    table = build_candidates(job, catalog)
+    # Pruning dominated twins is exact for one plan per diversity group, not for plain top-k.
+    table = build_candidates(job, catalog, prune=diverse)
     feasible = table.feasible()
     chosen = ENGINES[engine]().rank(table.total_cents, table.tie_rank, table.group, feasible, top, diverse)
     if not chosen:

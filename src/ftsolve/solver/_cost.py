@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._risk import best_interval, cantelli_quantile, checkpoint_count
+from ftsolve.solver._rows import unique_rows
 
 F = NDArray[np.float64]
 I = NDArray[np.int64]
@@ -89,25 +90,28 @@ def price_runs(
 ) -> RunCosts:
     """Cost items (integer cents), expected and quantile finish hours for each candidate."""
     n = r.work_h.shape[0]
-    od, fb = r.market == OD, r.market == FALLBACK
-    # Fraction of the work done on interruptible capacity: 0 on-demand, 1 interruptible.
-    f = np.where(od, 0.0, 1.0)
-    if fb.any():
-        sub = _take(r, fb)
-        # Trials run before the final run; reserve their on-demand duration from the deadline.
-        trial_reserve = trials * (sub.startup_h + trial_fraction * (sub.work_h + sub.final_save_h))
-        f[fb] = _fallback_fraction(sub, confidence, deadline_hours, trial_reserve)
+    # Time depends on a handful of columns that many candidates share (the same hardware and
+    # configuration at many prices): compute it once per distinct combination.
+    time_cols = np.stack(
+        [
+            r.market.astype(np.float64),
+            r.work_h,
+            r.startup_h,
+            r.restart_h,
+            r.ckpt_write_h,
+            r.final_save_h,
+            r.rate,
+        ],
+        axis=1,
+    )
+    first, inverse = unique_rows(time_cols)
+    f_u, tau_u, mean_u, q_u, writes_u = _time_part(
+        _take_idx(r, first), confidence, deadline_hours, trials, trial_fraction
+    )
+    f, tau, spot_mean, spot_q, writes = (a[inverse] for a in (f_u, tau_u, mean_u, q_u, writes_u))
     on_spot = f > 0
     spot_work = f * r.work_h
     od_work = r.work_h - spot_work
-
-    tau = np.full(n, np.nan)
-    spot_mean = np.zeros(n)  # wall hours of the interruptible phase after start-up
-    spot_q = np.zeros(n)
-    writes = np.zeros(n)
-    if on_spot.any():
-        t_s, m_s, q_s, w_s = _spot_phase(spot_work[on_spot], _take(r, on_spot), confidence)
-        tau[on_spot], spot_mean[on_spot], spot_q[on_spot], writes[on_spot] = t_s, m_s, q_s, w_s
     switch = np.where(on_spot & (od_work > 0), r.restart_h, 0.0)  # resume on on-demand capacity
     rework = np.where(on_spot, np.maximum(spot_mean - spot_work - writes, 0.0), 0.0)
 
@@ -163,6 +167,31 @@ def price_runs(
     )
 
 
+def _time_part(
+    r: RunInputs, confidence: float, deadline_hours: float | None, trials: int, trial_fraction: float
+) -> tuple[F, F, F, F, F]:
+    """(interruptible share f, interval τ, mean and quantile wall hours of the interruptible phase,
+    checkpoint-write hours) for each candidate."""
+    n = r.work_h.shape[0]
+    od, fb = r.market == OD, r.market == FALLBACK
+    # Fraction of the work done on interruptible capacity: 0 on-demand, 1 interruptible.
+    f = np.where(od, 0.0, 1.0)
+    if fb.any():
+        sub = _take(r, fb)
+        # Trials run before the final run; reserve their on-demand duration from the deadline.
+        trial_reserve = trials * (sub.startup_h + trial_fraction * (sub.work_h + sub.final_save_h))
+        f[fb] = _fallback_fraction(sub, confidence, deadline_hours, trial_reserve)
+    on_spot = f > 0
+    tau = np.full(n, np.nan)
+    spot_mean = np.zeros(n)  # wall hours of the interruptible phase after start-up
+    spot_q = np.zeros(n)
+    writes = np.zeros(n)
+    if on_spot.any():
+        t_s, m_s, q_s, w_s = _spot_phase((f * r.work_h)[on_spot], _take(r, on_spot), confidence)
+        tau[on_spot], spot_mean[on_spot], spot_q[on_spot], writes[on_spot] = t_s, m_s, q_s, w_s
+    return f, tau, spot_mean, spot_q, writes
+
+
 def _fallback_fraction(r: RunInputs, confidence: float, deadline_hours: float | None, reserve_h: F) -> F:
     """Largest f = j/STEPS (0 < j < STEPS) whose confidence-quantile finish meets the deadline; 0 if none.
 
@@ -172,18 +201,17 @@ def _fallback_fraction(r: RunInputs, confidence: float, deadline_hours: float | 
     if deadline_hours is None or n == 0:
         return np.zeros(n)
 
-    def meets(j: I) -> B:
-        f = j / FALLBACK_STEPS
-        _, _, q, _ = _spot_phase(r.work_h * f, r, confidence)
-        finish = r.startup_h + q + r.restart_h + (1 - f) * r.work_h + r.final_save_h + reserve_h
-        out: B = finish <= deadline_hours
-        return out
-
     lo = np.zeros(n, dtype=np.int64)  # j = 0 (all on-demand) is the fallback of the fallback
     hi = np.full(n, FALLBACK_STEPS - 1, dtype=np.int64)
-    top = meets(hi)
+    # Where on-demand alone misses the deadline no interruptible share can meet it.
+    possible = r.startup_h + r.work_h + r.final_save_h + reserve_h <= deadline_hours
+    hi[~possible] = 0
+    top = np.zeros(n, dtype=bool)
+    if possible.any():
+        idx = np.nonzero(possible)[0]
+        top[idx] = meets_subset(r, idx, hi[idx], confidence, deadline_hours, reserve_h)
     lo[top] = hi[top]
-    open_ = ~top
+    open_ = lo < hi
     while open_.any():
         mid = (lo + hi + 1) // 2
         idx = np.nonzero(open_)[0]

@@ -11,15 +11,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ftsolve.catalog._arrays import BILLING_CODES
 from ftsolve.catalog._load import Catalog
 from ftsolve.catalog._models import GpuSpec, ModelArch, Offer
-from ftsolve.catalog._providers import FALLBACK_STORAGE_USD_PER_GB_MONTH, provider_defaults
 from ftsolve.solver import _coefficients as k
-from ftsolve.solver._cost import FALLBACK, OD, SPOT, RunInputs, price_runs
+from ftsolve.solver._cost import FALLBACK, OD, SPOT, RunCosts, RunInputs, price_runs
 from ftsolve.solver._job import EEA_COUNTRIES, MARKETS, METHODS, JobSpec
 from ftsolve.solver._memory import (
     DDP,
@@ -78,7 +79,7 @@ class ScopeReport:
 class CandidateTable:
     """Flat arrays, one entry per candidate. Built by `build_candidates`; read-only after."""
 
-    offers: list[Offer]
+    offers: tuple[Offer, ...]
     gpu_specs: Mapping[str, GpuSpec]
     arch: ModelArch
     sizes: ModelSizes
@@ -146,76 +147,120 @@ class CandidateTable:
         return out
 
 
-def _in_scope(job: JobSpec, catalog: Catalog) -> tuple[list[Offer], ScopeReport]:
+def _scope(job: JobSpec, catalog: Catalog) -> tuple[NDArray[np.bool_], ScopeReport]:
+    """Offers that pass the user's filters, and how many each filter removed."""
+    arr = catalog.arrays
+    keep = np.ones(len(catalog.offers), dtype=bool)
     removed: dict[str, int] = {}
-    kept = list(catalog.offers)
 
-    def keep(name: str, pred: object) -> None:
-        nonlocal kept
-        before = len(kept)
-        kept = [o for o in kept if pred(o)]  # type: ignore[operator]
-        if before != len(kept):
-            removed[name] = before - len(kept)
+    def apply(name: str, mask: NDArray[np.bool_]) -> None:
+        nonlocal keep
+        after = keep & mask
+        if int(keep.sum()) != int(after.sum()):
+            removed[name] = int(keep.sum() - after.sum())
+        keep = after
 
     if job.providers is not None:
-        allowed = {p.lower() for p in job.providers}
-        keep("providers", lambda o: o.provider.lower() in allowed)
+        apply("providers", np.isin(arr.provider, [p.lower() for p in job.providers]))
     if job.regions is not None:
-        regions = {r.lower() for r in job.regions}
-        keep("regions", lambda o: o.region.lower() in regions)
+        apply("regions", np.isin(arr.region, [r.lower() for r in job.regions]))
     if job.countries is not None:
-        countries = set(job.countries)
-        keep("countries", lambda o: (o.country or "") in countries)
+        apply("countries", np.isin(arr.country, list(job.countries)))
     if job.eu_only:
-        keep("eu_only", lambda o: (o.country or "") in EEA_COUNTRIES)
+        apply("eu_only", np.isin(arr.country, sorted(EEA_COUNTRIES)))
     if job.gpus is not None:
-        gpus = set(job.gpus)
-        keep("gpus", lambda o: o.gpu in gpus)
+        apply("gpus", np.isin(arr.gpu, list(job.gpus)))
+    has_od, has_spot = ~np.isnan(arr.on_demand), ~np.isnan(arr.interruptible)
     markets = set(job.markets)
-    keep(
+    apply(
         "markets",
-        lambda o: (
-            ("on-demand" in markets and o.on_demand_usd_per_gpu_hour is not None)
-            or ("interruptible" in markets and o.interruptible_usd_per_gpu_hour is not None)
-            or (
-                "fallback" in markets
-                and None not in (o.on_demand_usd_per_gpu_hour, o.interruptible_usd_per_gpu_hour)
-            )
-        ),
+        (has_od & ("on-demand" in markets))
+        | (has_spot & ("interruptible" in markets))
+        | (has_od & has_spot & ("fallback" in markets)),
     )
-    keep("max_gpus", lambda o: o.gpus_per_node <= job.max_gpus)
-    return kept, ScopeReport(len(catalog.offers), len(kept), removed)
+    apply("max_gpus", arr.gpus_per_node <= job.max_gpus)
+    return keep, ScopeReport(len(catalog.offers), int(keep.sum()), removed)
 
 
-def build_candidates(job: JobSpec, catalog: Catalog) -> CandidateTable:
-    """Score every candidate of the job against the catalog."""
+def _pareto_per_group(ids: I, group: I, od: F, spot: F) -> I:
+    """Offers not dominated (both prices higher or equal) by another offer of their group."""
+    order = np.lexsort((ids, spot, od, group))
+    g, s_ = group[order], spot[order]
+    # Earlier groups get larger offsets so that a running minimum never leaks into the next group.
+    shifted = s_ - g * (float(np.nanmax(spot)) + 1.0) * 2.0
+    running = np.minimum.accumulate(shifted)
+    keep = np.ones(ids.size, dtype=bool)
+    keep[1:] = (shifted[1:] < running[:-1]) | (g[1:] != g[:-1])
+    out: I = np.sort(ids[order][keep])
+    return out
+
+
+def _market_rows(
+    job: JobSpec, catalog: Catalog, scope: NDArray[np.bool_], gid: I, prune: bool
+) -> tuple[I, I]:
+    """(offer index, market) pairs to score. With `prune`, offers that cannot beat a cheaper twin
+    (same GPU, node size and provider facts; only the price differs) are dropped: expected cost
+    never falls when the price rises, and the cheaper twin also wins ties on catalog order."""
+    arr = catalog.arrays
+    offer_ids, market_ids = [], []
+    for mk, name in enumerate(MARKETS):
+        if name not in job.markets or (mk == FALLBACK and job.deadline_hours is None):
+            continue  # without a deadline, interruptible alone is the cheaper way to use slack
+        od_ok, spot_ok = ~np.isnan(arr.on_demand), ~np.isnan(arr.interruptible)
+        valid = scope & (od_ok if mk == OD else spot_ok if mk == SPOT else od_ok & spot_ok)
+        ids = np.nonzero(valid)[0]
+        if prune and ids.size:
+            group = np.unique(
+                np.stack([gid[ids], arr.gpus_per_node[ids], arr.profile[ids]], axis=1),
+                axis=0,
+                return_inverse=True,
+            )[1].reshape(-1)
+            if mk == FALLBACK:
+                ids = _pareto_per_group(ids, group, arr.on_demand[ids], arr.interruptible[ids])
+            else:
+                price = (arr.on_demand if mk == OD else arr.interruptible)[ids]
+                order = np.lexsort((ids, price, group))
+                first = np.ones(ids.size, dtype=bool)
+                first[1:] = group[order][1:] != group[order][:-1]
+                ids = np.sort(ids[order][first])
+        offer_ids.append(ids)
+        market_ids.append(np.full(ids.size, mk, dtype=np.int64))
+    if not offer_ids:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(offer_ids), np.concatenate(market_ids)
+
+
+def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> CandidateTable:
+    """Score every candidate of the job against the catalog.
+
+    With `prune` (the default), offers dominated by a cheaper identical twin are not scored; the
+    ranked plans are the same either way (see _market_rows), the candidate counts smaller.
+    """
     arch = resolve_model(job, catalog)
     sizes = ModelSizes.of(arch, job.lora_rank, job.lora_targets)
-    offers, scope = _in_scope(job, catalog)
+    arr = catalog.arrays
+    scope_mask, scope = _scope(job, catalog)
+    gpu_names = sorted(set(arr.gpu[scope_mask].tolist()))
+    names_arr = np.array(gpu_names, dtype=str)
+    gid = np.searchsorted(names_arr, arr.gpu) if gpu_names else np.zeros(len(catalog.offers), np.int64)
+    gid = np.where(scope_mask, gid, -1).astype(np.int64)
+    m_offer, m_market = _market_rows(job, catalog, scope_mask, gid, prune)
     assumptions: list[str] = []
 
-    # --- offer rows: one per (offer, node count) ------------------------------------------
-    row_offer, row_nodes = [], []
-    for i, o in enumerate(offers):
-        for nodes in range(1, job.max_nodes + 1):
-            if nodes * o.gpus_per_node > job.max_gpus:
-                break
-            row_offer.append(i)
-            row_nodes.append(nodes)
-    r_offer = np.array(row_offer, dtype=np.int64)
-    r_nodes = np.array(row_nodes, dtype=np.int64)
-    gpn = np.array([o.gpus_per_node for o in offers], dtype=np.int64)[r_offer] if offers else r_offer
-    r_n = gpn * r_nodes
+    # --- rows: (offer, market, node count) ------------------------------------------------
+    node_counts = np.arange(1, job.max_nodes + 1, dtype=np.int64)
+    gpn_m = arr.gpus_per_node[m_offer]
+    ok = node_counts[None, :] * gpn_m[:, None] <= job.max_gpus
+    mi, ni = np.nonzero(ok)
+    r_offer, r_market, r_nodes = m_offer[mi], m_market[mi], node_counts[ni]
+    r_n = arr.gpus_per_node[r_offer] * r_nodes
 
     # --- hardware keys ---------------------------------------------------------------------
-    gpu_names = sorted({o.gpu for o in offers})
-    gpu_id = {g: j for j, g in enumerate(gpu_names)}
-    net_gbit = np.array([_inter_node_gbit(o) for o in offers], dtype=np.float64)
-    r_gpu = np.array([gpu_id[offers[i].gpu] for i in row_offer], dtype=np.int64)
-    r_net = net_gbit[r_offer] if row_offer else np.zeros(0)
+    r_gpu = gid[r_offer]
+    r_net = arr.inter_node_gbit[r_offer]
     hw_key = (
         np.stack([r_gpu, r_n, r_nodes, r_net.astype(np.int64)], axis=1)
-        if row_offer
+        if r_offer.size
         else np.zeros((0, 4), np.int64)
     )
     hw, r_hw = np.unique(hw_key, axis=0, return_inverse=True)
@@ -285,55 +330,23 @@ def build_candidates(job: JobSpec, catalog: Catalog) -> CandidateTable:
     pair_index = np.full((H, T), -1, dtype=np.int64)
     pair_index[hi, ti] = np.arange(hi.shape[0])
 
-    # --- candidates: offer rows × configs × markets ----------------------------------------
+    # --- candidates: rows × configs ------------------------------------------------------
     rr, tt = np.nonzero(pair_index[r_hw] >= 0)
-    pp = pair_index[r_hw[rr], tt]
-    od = np.array([o.on_demand_usd_per_gpu_hour or np.nan for o in offers], dtype=np.float64)
-    spot = np.array([o.interruptible_usd_per_gpu_hour or np.nan for o in offers], dtype=np.float64)
-    cand_r, cand_p, cand_mk = [], [], []
-    for mk in range(len(MARKETS)):
-        if MARKETS[mk] not in job.markets:
-            continue
-        if mk == FALLBACK and job.deadline_hours is None:
-            continue  # without a deadline, interruptible alone is the cheaper way to use slack
-        need = [od] if mk == OD else [spot] if mk == SPOT else [od, spot]
-        ok = np.logical_and.reduce([~np.isnan(t[r_offer[rr]]) for t in need])
-        cand_r.append(rr[ok])
-        cand_p.append(pp[ok])
-        cand_mk.append(np.full(int(ok.sum()), mk, dtype=np.int64))
-    c_r = np.concatenate(cand_r) if cand_r else np.zeros(0, np.int64)
-    c_p = np.concatenate(cand_p) if cand_p else np.zeros(0, np.int64)
-    c_mk = np.concatenate(cand_mk) if cand_mk else np.zeros(0, np.int64)
-    c_offer = r_offer[c_r]
-    c_nodes = r_nodes[c_r]
-    c_n = r_n[c_r]
+    c_p = pair_index[r_hw[rr], tt]
+    c_offer = r_offer[rr]
+    c_mk = r_market[rr]
+    c_nodes = r_nodes[rr]
+    c_n = r_n[rr]
     c_cfg = ti[c_p]
+    od, spot = arr.on_demand, arr.interruptible
     c_price = np.where(c_mk == SPOT, spot[c_offer], od[c_offer])
 
     # --- time and cost per candidate ------------------------------------------------------
-    defaults = [provider_defaults(o.provider) for o in offers]
-
-    def per_offer(values: list[float]) -> F:
-        out: F = np.array(values, dtype=np.float64)[c_offer]
-        return out
-
-    prov_h = per_offer([d.provisioning_minutes / 60.0 for d in defaults])
-    lam_offer = per_offer(
-        [
-            o.interruption_rate_per_hour
-            if o.interruption_rate_per_hour is not None
-            else d.interruption_rate_per_hour
-            for o, d in zip(offers, defaults, strict=True)
-        ]
-    )
-    storage_price = per_offer(
-        [
-            o.storage_usd_per_gb_month or d.storage_usd_per_gb_month or FALLBACK_STORAGE_USD_PER_GB_MONTH
-            for o, d in zip(offers, defaults, strict=True)
-        ]
-    )
-    egress_price = per_offer([d.egress_usd_per_gb for d in defaults])
-    billing = np.array([o.billing for o in offers], dtype=object)[c_offer]
+    prov_h = arr.provisioning_h[c_offer]
+    lam_offer = arr.interruption_rate[c_offer]
+    storage_price = arr.storage_usd_per_gb_month[c_offer]
+    egress_price = arr.egress_usd_per_gb[c_offer]
+    billing = arr.billing[c_offer]
     method_c = cm[c_cfg]
     quant_c = cq[c_cfg]
     model_bytes_16 = sizes.total_params * 2.0
@@ -359,22 +372,18 @@ def build_candidates(job: JobSpec, catalog: Catalog) -> CandidateTable:
         rate=lam_offer * c_nodes,  # losing any node restarts the whole job
         od_usd_per_h=od[c_offer] * c_n,
         spot_usd_per_h=spot[c_offer] * c_n,
-        per_hour_billing=billing == "per-hour",
-        per_minute_billing=billing == "per-minute",
+        per_hour_billing=billing == BILLING_CODES["per-hour"],
+        per_minute_billing=billing == BILLING_CODES["per-minute"],
         storage_usd_per_gb_month=storage_price,
         volume_gb=job.dataset_gb + model_bytes_16 / 1e9 + 2 * ckpt_bytes / 1e9,
         egress_usd_per_gb=egress_price,
         output_gb=final_bytes / 1e9,
     )
-    costs = price_runs(
-        runs,
-        job.deadline_confidence,
-        job.deadline_hours,
-        job.trial_runs,
-        job.trial_fraction,
-        job.failure_probability,
-        job.retention_days,
-    )
+    # Time and cost matter only where the configuration runs at all: candidates that do not fit
+    # or are not supported are not priced, and count as meeting the deadline and the budget
+    # (they are ruled out by memory or compatibility, which the diagnosis reports).
+    runnable = compat[hi[c_p], ti[c_p]] & fits[c_p]
+    costs = _price_subset(runs, runnable, job)
     total = costs.total_cents
     expected_h, quantile_h = costs.expected_hours, costs.quantile_hours
 
@@ -382,18 +391,17 @@ def build_candidates(job: JobSpec, catalog: Catalog) -> CandidateTable:
     masks = {
         "compatibility": compat[hi[c_p], ti[c_p]],
         "memory": fits[c_p],
-        "deadline": quantile_h <= job.deadline_hours
+        "deadline": ~runnable | (quantile_h <= job.deadline_hours)
         if job.deadline_hours is not None
-        else np.ones(len(c_r), bool),
-        "budget": total <= math.floor(job.budget_usd * 100 + 1e-6)
+        else np.ones(len(c_offer), bool),
+        "budget": ~runnable | (total <= math.floor(job.budget_usd * 100 + 1e-6))
         if job.budget_usd is not None
-        else np.ones(len(c_r), bool),
+        else np.ones(len(c_offer), bool),
     }
     tie = np.lexsort((c_cfg, c_offer, c_mk, c_n))
     tie_rank = np.empty_like(tie)
     tie_rank[tie] = np.arange(tie.shape[0])
-    gpu_of_offer = np.array([gpu_id[o.gpu] for o in offers], dtype=np.int64)
-    group_key = (gpu_of_offer[c_offer] * 3 + cm[c_cfg]) * len(MARKETS) + c_mk
+    group_key = (gid[c_offer] * 3 + cm[c_cfg]) * len(MARKETS) + c_mk
     _, group = np.unique(group_key, return_inverse=True)
 
     def gib(d: dict[str, F]) -> dict[str, F]:
@@ -401,7 +409,7 @@ def build_candidates(job: JobSpec, catalog: Catalog) -> CandidateTable:
 
     dyn = {name: v * b_eval * (1.0 + k.DYNAMIC_MARGIN.value) for name, v in terms.per_sample.items()}
     return CandidateTable(
-        offers=offers,
+        offers=catalog.offers,
         gpu_specs=catalog.gpus,
         arch=arch,
         sizes=sizes,
@@ -440,6 +448,31 @@ def build_candidates(job: JobSpec, catalog: Catalog) -> CandidateTable:
     )
 
 
-def _inter_node_gbit(o: Offer) -> float:
-    net = provider_defaults(o.provider).inter_node_gbit_per_s
-    return float(net if net is not None else k.DEFAULT_INTER_NODE_GBIT.value)
+def _price_subset(runs: RunInputs, mask: B, job: JobSpec) -> RunCosts:
+    """price_runs on the masked candidates; the others get no cost and an infinite finish time."""
+    sub = price_runs(
+        RunInputs(**{name: getattr(runs, name)[mask] for name in runs.__dataclass_fields__}),
+        job.deadline_confidence,
+        job.deadline_hours,
+        job.trial_runs,
+        job.trial_fraction,
+        job.failure_probability,
+        job.retention_days,
+    )
+    n = mask.shape[0]
+
+    def spread(values: NDArray[Any], fill: float) -> NDArray[Any]:
+        out = np.full(n, fill, dtype=values.dtype)
+        out[mask] = values
+        return out
+
+    return RunCosts(
+        items_cents={name: spread(v, 0) for name, v in sub.items_cents.items()},
+        total_cents=spread(sub.total_cents, 0),
+        expected_hours=spread(sub.expected_hours, np.inf),
+        quantile_hours=spread(sub.quantile_hours, np.inf),
+        checkpoint_interval_h=spread(sub.checkpoint_interval_h, np.nan),
+        checkpoint_hours=spread(sub.checkpoint_hours, 0.0),
+        rework_hours=spread(sub.rework_hours, 0.0),
+        spot_fraction=spread(sub.spot_fraction, 0.0),
+    )

@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from ftsolve.solver._rows import unique_rows
+
 F = NDArray[np.float64]
 
 # Candidate checkpoint intervals in hours: 1 minute to 1 week, 64 log-spaced points (a grid step
@@ -26,9 +28,8 @@ F = NDArray[np.float64]
 # so the chosen interval's expected time can only grow with the preemption rate.
 TAU_GRID_HOURS: F = np.geomspace(1.0 / 60.0, 168.0, 64)
 TAU_GRID_STEP: float = float(TAU_GRID_HOURS[1] / TAU_GRID_HOURS[0])
-# Even splits of the work, W/k: the expected time is a sawtooth in τ (the last segment is
-# partial), and its local minima sit near intervals that divide the work evenly.
-EVEN_SPLITS: F = 1.0 / np.arange(1, 33, dtype=np.float64)
+# The expected time is a sawtooth in τ (the last segment is partial); its local minima sit near
+# intervals that divide the work evenly, W/k, which are searched too (k up to 32).
 
 
 def _segment_moments(lam: F, w: F, restart: F) -> tuple[F, F]:
@@ -87,18 +88,35 @@ def run_time_mean(work_h: F, lam: F, tau_h: F, ckpt_write_h: F, restart_h: F) ->
     return out
 
 
+# How far from Young's interval the search looks: the expected time is smooth and unimodal in τ
+# apart from the sawtooth of the last segment, and its minimum sits within a factor of 4 of
+# sqrt(2δ/λ) for every plan the benchmarks replay.
+_WINDOW_STEPS = 9
+_SPLIT_FACTORS: F = np.geomspace(0.25, 4.0, 13)
+
+
+def _candidate_intervals(w: F, lam: F, d: F) -> F:
+    """Grid points near Young's interval, even splits of the work near it, and the whole work."""
+    young = np.sqrt(2.0 * np.maximum(d, 1e-6) / np.maximum(lam, 1e-12))
+    centre = np.searchsorted(TAU_GRID_HOURS, young[:, 0])
+    cols = np.clip(centre[:, None] + np.arange(-_WINDOW_STEPS, _WINDOW_STEPS + 1), 0, TAU_GRID_HOURS.size - 1)
+    grid = TAU_GRID_HOURS[cols]
+    splits_k = np.clip(np.rint(w / young * _SPLIT_FACTORS[None, :]), 1, 32)
+    splits = w / splits_k
+    out: F = np.concatenate([grid, splits, w], axis=1)
+    return out
+
+
 def best_interval(work_h: F, lam: F, ckpt_write_h: F, restart_h: F) -> tuple[F, F, F]:
     """Checkpoint interval (grid point) of least expected time, with that time's mean and variance.
 
     Computed once per distinct (work, rate, write, restart) tuple: many offers share them.
     """
     cols = np.stack(np.broadcast_arrays(work_h, lam, ckpt_write_h, restart_h), axis=-1).reshape(-1, 4)
-    uniq, inverse = np.unique(cols, axis=0, return_inverse=True)
+    first, inverse = unique_rows(cols)
+    uniq = cols[first]
     w, la, d, r = (uniq[:, j : j + 1] for j in range(4))
-    taus = np.concatenate(
-        [np.broadcast_to(TAU_GRID_HOURS, (w.shape[0], TAU_GRID_HOURS.size)), w * EVEN_SPLITS], axis=1
-    )
-    taus = np.minimum(taus, w)
+    taus = np.minimum(_candidate_intervals(w, la, d), w)
     i = np.argmin(run_time_mean(w, la, taus, d, r), axis=1)[:, None]
     tau = np.take_along_axis(taus, i, axis=1)
     mean, var = run_time_moments(w, la, tau, d, r)

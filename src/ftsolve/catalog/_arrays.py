@@ -1,0 +1,92 @@
+"""Column arrays of a catalog's offers, for vectorized filtering and scoring."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ftsolve.catalog._models import Offer
+from ftsolve.catalog._providers import FALLBACK_STORAGE_USD_PER_GB_MONTH, provider_defaults
+
+F = NDArray[np.float64]
+I = NDArray[np.int64]
+
+BILLING_CODES = {"per-second": 0, "per-minute": 1, "per-hour": 2, "monthly": 3}
+DEFAULT_INTER_NODE_GBIT = 100.0  # physics.md §9.2 (100 GbE) when a provider publishes nothing
+
+
+@dataclass(frozen=True)
+class OfferArrays:
+    """One entry per offer, in catalog order; provider defaults already applied."""
+
+    provider: NDArray[np.str_]  # lower case
+    region: NDArray[np.str_]  # lower case
+    country: NDArray[np.str_]  # "" when unknown
+    gpu: NDArray[np.str_]
+    gpus_per_node: I
+    on_demand: F  # USD per GPU-hour, nan when not offered
+    interruptible: F
+    interruption_rate: F  # per hour, per node
+    provisioning_h: F
+    storage_usd_per_gb_month: F
+    egress_usd_per_gb: F
+    inter_node_gbit: F
+    billing: I
+    profile: I  # same value = same cost-relevant provider facts (rate, provisioning, storage, ...)
+
+    @classmethod
+    def of(cls, offers: Sequence[Offer]) -> OfferArrays:
+        defaults = [provider_defaults(o.provider) for o in offers]
+        rate = np.array(
+            [
+                o.interruption_rate_per_hour
+                if o.interruption_rate_per_hour is not None
+                else d.interruption_rate_per_hour
+                for o, d in zip(offers, defaults, strict=True)
+            ],
+            dtype=np.float64,
+        )
+        prov = np.array([d.provisioning_minutes / 60.0 for d in defaults], dtype=np.float64)
+        storage = np.array(
+            [
+                o.storage_usd_per_gb_month or d.storage_usd_per_gb_month or FALLBACK_STORAGE_USD_PER_GB_MONTH
+                for o, d in zip(offers, defaults, strict=True)
+            ],
+            dtype=np.float64,
+        )
+        egress = np.array([d.egress_usd_per_gb for d in defaults], dtype=np.float64)
+        net = np.array(
+            [
+                d.inter_node_gbit_per_s if d.inter_node_gbit_per_s is not None else DEFAULT_INTER_NODE_GBIT
+                for d in defaults
+            ],
+            dtype=np.float64,
+        )
+        billing = np.array([BILLING_CODES[o.billing] for o in offers], dtype=np.int64)
+        facts = (
+            np.stack([rate, prov, storage, egress, net, billing.astype(np.float64)], axis=1)
+            if offers
+            else (np.zeros((0, 6)))
+        )
+        _, profile = np.unique(facts, axis=0, return_inverse=True)
+        return cls(
+            provider=np.array([o.provider.lower() for o in offers], dtype=str),
+            region=np.array([o.region.lower() for o in offers], dtype=str),
+            country=np.array([o.country or "" for o in offers], dtype=str),
+            gpu=np.array([o.gpu for o in offers], dtype=str),
+            gpus_per_node=np.array([o.gpus_per_node for o in offers], dtype=np.int64),
+            on_demand=np.array([o.on_demand_usd_per_gpu_hour or np.nan for o in offers], dtype=np.float64),
+            interruptible=np.array(
+                [o.interruptible_usd_per_gpu_hour or np.nan for o in offers], dtype=np.float64
+            ),
+            interruption_rate=rate,
+            provisioning_h=prov,
+            storage_usd_per_gb_month=storage,
+            egress_usd_per_gb=egress,
+            inter_node_gbit=net,
+            billing=billing,
+            profile=profile.reshape(-1).astype(np.int64),
+        )
