@@ -12,7 +12,6 @@ from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
-from ortools.sat.python import cp_model
 
 I = NDArray[np.int64]
 B = NDArray[np.bool_]
@@ -58,6 +57,10 @@ class CpSatEngine:
         rows = np.sort(rows)
         if rows.size == 0:
             return []
+        # Imported here: ortools (and the pandas it pulls in) costs a quarter second to import,
+        # which every CLI call would pay for an engine most calls do not use.
+        from ortools.sat.python import cp_model
+
         model = cp_model.CpModel()
         x = [model.new_bool_var(f"row[{int(r)}]") for r in rows]
         model.add_exactly_one(x)
