@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ftsolve.cli._common import console
-from ftsolve.solver import Infeasibility, PlanSet
+from ftsolve.solver import Infeasibility, Plan, PlanSet
 
 
 def render_plans(ps: PlanSet) -> None:
@@ -79,6 +79,8 @@ def render_plans(ps: PlanSet) -> None:
         )
     con.print(f"Plan 1 time: {phases}; {tb.tokens_per_s:,.0f} tokens/s")
     con.print(f"Plan 1 price: {best.cost_items[0].source}")
+    for line in ps.rejected:
+        con.print(f"Not chosen: {line}")
 
 
 def render_infeasible(inf: Infeasibility) -> None:
@@ -87,3 +89,64 @@ def render_infeasible(inf: Infeasibility) -> None:
     if inf.ruled_out_by:
         counts = ", ".join(f"{k} rules out {v}" for k, v in inf.ruled_out_by.items() if v)
         con.print(f"Of {inf.candidates} candidates: {counts}.")
+
+
+def render_explain(ps: PlanSet, p: Plan) -> None:
+    con = console()
+    o = p.offer
+    con.print(
+        f"[bold]Plan {p.rank}[/]: {p.n_gpus}x {p.gpu} on {o.provider} {o.tier} {o.instance_type} ({o.region}"
+        f"{', ' + o.country if o.country else ''}), {p.nodes} node(s)"
+    )
+    con.print(
+        f"  {p.method} with {p.weight_precision} weights, optimizer {p.optimizer}, sharding {p.sharding}, "
+        f"gradient checkpointing {'on' if p.gradient_checkpointing else 'off'}, "
+        f"micro-batch {p.micro_batch} x accumulation {p.grad_accum}, market {p.market}"
+    )
+    con.print(f"  why: {p.why}")
+    con.print("[bold]Memory per GPU[/] (GiB)")
+    for name, gib in p.memory.components_gib.items():
+        if gib:
+            con.print(f"  {name:20s} {gib:9.2f}")
+    con.print(
+        f"  {'peak':20s} {p.memory.peak_gib:9.2f} of {p.memory.usable_gib:.2f} usable "
+        f"({p.memory.card_gib:g} card)"
+    )
+    t = p.time
+    con.print("[bold]Time[/] (hours)")
+    for label, value in (
+        ("training", t.training_hours),
+        ("evaluation", t.evaluation_hours),
+        ("start-up", t.startup_hours),
+        ("checkpoints", t.checkpoint_hours),
+        ("preemption rework", t.preemption_rework_hours),
+        ("expected finish", t.expected_hours),
+    ):
+        con.print(f"  {label:20s} {value:9.2f}")
+    con.print(f"  {'finish at p' + format(t.confidence * 100, '.0f'):20s} {t.quantile_hours:9.2f}")
+    con.print(f"  {t.tokens_per_s:,.0f} tokens/s; step {t.step_s:.3f} s")
+    if t.checkpoint_interval_hours is not None:
+        con.print(
+            f"  interruptible share {t.interruptible_fraction:.0%}, checkpoint every "
+            f"{t.checkpoint_interval_hours:.2f} h at {t.interruption_rate_per_hour or 0:.3g} preemptions/h"
+        )
+    con.print("[bold]Cost[/] (USD)")
+    for c in p.cost_items:
+        con.print(f"  {c.name:20s} {c.usd:9.2f}  {c.detail}")
+    con.print(f"  {'total':20s} {p.total_cost_usd:9.2f}")
+    con.print("[bold]Limits[/]")
+    for name, value in p.slack.items():
+        binding = "  (binding)" if name.split("_")[0] in p.binding_constraints else ""
+        con.print(f"  slack {name:14s} {value:9.2f}{binding}")
+    con.print("[bold]Sources and assumptions[/]")
+    seen = set()
+    for c in p.cost_items:
+        if c.source not in seen:
+            seen.add(c.source)
+            con.print(f"  {c.name}: {c.source}")
+    for a in p.assumptions:
+        con.print(f"  {a}")
+    if ps.rejected:
+        con.print("[bold]Options that lost[/]")
+        for line in ps.rejected:
+            con.print(f"  {line}")

@@ -5,11 +5,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
 from ftsolve.catalog._load import Catalog, load_catalog
 from ftsolve.catalog._models import Offer
-from ftsolve.catalog._providers import provider_defaults
+from ftsolve.catalog._providers import (
+    FALLBACK_STORAGE_SOURCE,
+    FALLBACK_STORAGE_USD_PER_GB_MONTH,
+    provider_defaults,
+)
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._engines import ENGINES
 from ftsolve.solver._explain import diagnose
@@ -39,24 +44,37 @@ def plan(
     engine: str = "scan",
     top: int = 5,
     diverse: bool = True,
+    within: float | None = None,
 ) -> PlanSet:
-    """Ranked plans for `job`, cheapest expected total cost first.
+    """Ranked plans for `job`, best first by the job's objective (expected total cost by default).
 
-    Raises NoFeasiblePlan (with the diagnosis) when no candidate meets every constraint.
+    With `within` (e.g. 0.05) every plan within that fraction of the best is returned, not only
+    one per GPU type, method and market. Raises NoFeasiblePlan (with the diagnosis) when no
+    candidate meets every constraint.
     """
     if top < 1:
         raise InvalidJobSpec(f"invalid top: must be at least 1 (got {top})")
     if engine not in ENGINES:
         raise InvalidJobSpec(f"invalid engine {engine!r}: choose one of {', '.join(ENGINES)}")
+    if within is not None and not 0 <= within <= 10:
+        raise InvalidJobSpec(f"invalid within: expected a fraction such as 0.05 (got {within})")
     catalog = catalog if catalog is not None else load_catalog()
+    diverse = diverse and within is None
     # Pruning dominated twins is exact for one plan per diversity group, not for plain top-k.
     table = build_candidates(job, catalog, prune=diverse)
     feasible = table.feasible()
-    chosen = ENGINES[engine]().rank(table.total_cents, table.tie_rank, table.group, feasible, top, diverse)
+    key, tie = objective_key(job, table)
+    limit = top if within is None else max(top, 200)
+    chosen = ENGINES[engine]().rank(key, tie, table.group, feasible, limit, diverse)
     if not chosen:
         raise NoFeasiblePlan(diagnose(job, table, lambda j: build_candidates(j, catalog)))
-    plans = tuple(plan_from_row(job, table, i, rank, chosen[0]) for rank, i in enumerate(chosen, start=1))
-    dates = [o.price_date for o in table.offers]
+    if within is not None:
+        chosen = [i for i in chosen if key[i] <= key[chosen[0]] * (1.0 + within) + 1e-9]
+    plans = tuple(
+        plan_from_row(job, table, i, rank, chosen[0], chosen[rank] if rank < len(chosen) else None)
+        for rank, i in enumerate(chosen, start=1)
+    )
+    dates = [table.offers[int(i)].price_date for i in np.unique(table.offer_idx)]
     return PlanSet(
         job=job,
         model_params_b=table.sizes.total_params / 1e9,
@@ -65,10 +83,30 @@ def plan(
         feasible=int(feasible.sum()),
         plans=plans,
         price_dates=(min(dates), max(dates)),
+        rejected=rejected_options(job, table, chosen),
     )
 
 
-def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int) -> Plan:
+def objective_key(job: JobSpec, t: CandidateTable) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """(integer key to minimize, tie rank) for the job's objective; ties go to the cheaper plan,
+    then to the stable candidate order."""
+    cost = t.total_cents
+    hours = np.where(np.isfinite(t.expected_hours), t.expected_hours, 1e7)
+    if job.objective == "time":
+        key = np.rint(hours * 360_000.0).astype(np.int64)  # centiseconds
+    elif job.objective == "weighted":
+        key = cost + np.rint(job.time_value_usd_per_hour * hours * 100.0).astype(np.int64)
+    else:
+        key = cost
+    order = np.lexsort((t.tie_rank, cost))
+    tie = np.empty_like(order)
+    tie[order] = np.arange(order.size)
+    return key.astype(np.int64), tie.astype(np.int64)
+
+
+def plan_from_row(
+    job: JobSpec, t: CandidateTable, i: int, rank: int, best: int, nxt: int | None = None
+) -> Plan:
     offer = t.offers[int(t.offer_idx[i])]
     # Cards without bf16 (Volta, Turing) train in fp16 with loss scaling.
     gpu_spec_16 = "bf16" if t.gpu_specs[offer.gpu].supports_bf16 else "fp16"
@@ -107,7 +145,9 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int)
     sources = {
         "storage": f"{offer.storage_usd_per_gb_month} USD/GB-month: {price_src}"
         if offer.storage_usd_per_gb_month is not None
-        else defaults.storage_source,
+        else f"{defaults.storage_usd_per_gb_month} USD/GB-month: {defaults.storage_source}"
+        if defaults.storage_usd_per_gb_month is not None
+        else f"{FALLBACK_STORAGE_USD_PER_GB_MONTH} USD/GB-month: {FALLBACK_STORAGE_SOURCE}",
         "egress": f"{defaults.egress_usd_per_gb} USD/GB: {defaults.egress_source}",
     }
     items = tuple(
@@ -119,7 +159,7 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int)
     )
     total = int(t.total_cents[i]) / 100
     assumptions = [
-        "utilization and coefficients: ftsolve.solver._coefficients (physics.md defaults)",
+        "coefficients: ftsolve.solver._coefficients (physics.md, fitted on measured.csv where stated)",
         f"provisioning {defaults.provisioning_minutes:g} min: {defaults.provisioning_source}",
         f"price {offer.price_date.isoformat()}{' (estimated date)' if offer.price_date_estimated else ''}"
         f": {offer.source}",
@@ -129,7 +169,7 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int)
             f"interruption rate {defaults.interruption_rate_per_hour:.3g}/h: {defaults.interruption_source}"
         )
     if offer.storage_usd_per_gb_month is None:
-        assumptions.append(f"storage price: {defaults.storage_source}")
+        assumptions.append(f"storage price: {sources['storage']}")
     if market == "fallback":
         assumptions.append(
             f"fallback: the first {t.spot_fraction[i]:.0%} of the work on interruptible capacity, then the "
@@ -140,6 +180,11 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int)
             "trial runs and failed attempts are priced as scaled copies of the final run on the same plan"
         )
     binding = _binding(job, t, i)
+    slack = {"memory_gib": round(float(t.usable_gib[i] - t.peak_gib[i]), 3)}
+    if job.deadline_hours is not None:
+        slack["deadline_hours"] = round(job.deadline_hours - float(t.quantile_hours[i]), 4)
+    if job.budget_usd is not None:
+        slack["budget_usd"] = round(job.budget_usd - int(t.total_cents[i]) / 100, 2)
     return Plan(
         rank=rank,
         offer=offer,
@@ -161,7 +206,8 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int)
         cost_items=items,
         total_cost_usd=total,
         binding_constraints=binding,
-        why=_why(t, i, rank, best, binding),
+        slack=slack,
+        why=_why(job, t, i, rank, best, nxt, binding),
         assumptions=tuple(assumptions),
     )
 
@@ -188,11 +234,30 @@ def _binding(job: JobSpec, t: CandidateTable, i: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _why(t: CandidateTable, i: int, rank: int, best: int, binding: tuple[str, ...]) -> str:
+def _label(t: CandidateTable, i: int) -> str:
+    o = t.offers[int(t.offer_idx[i])]
+    method, market = METHOD_NAMES[int(t.method[i])], MARKETS[int(t.market[i])]
+    return f"{int(t.n_gpus[i])}x {o.gpu} {method} {market} ({o.provider})"
+
+
+def _why(
+    job: JobSpec, t: CandidateTable, i: int, rank: int, best: int, nxt: int | None, binding: tuple[str, ...]
+) -> str:
     tight = f"; tight: {', '.join(binding)}" if binding else ""
+    cost_i, hours_i = int(t.total_cents[i]) / 100, float(t.expected_hours[i])
+    beats = ""
+    if nxt is not None:
+        d_cost = int(t.total_cents[nxt]) / 100 - cost_i
+        d_h = float(t.expected_hours[nxt]) - hours_i
+        beats = f"; beats #{rank + 1} ({_label(t, nxt)}) by {d_cost:+.2f} USD, {d_h:+.1f} h"
+    what = {
+        "cost": "cheapest expected total cost",
+        "time": "earliest expected finish",
+        "weighted": f"best cost + {job.time_value_usd_per_hour:g} USD per hour of finish",
+    }[job.objective]
     if rank == 1:
-        return f"cheapest expected total cost among {int(t.feasible().sum())} feasible candidates{tight}"
-    d_cost = (int(t.total_cents[i]) - int(t.total_cents[best])) / 100
+        return f"{what} among {int(t.feasible().sum())} feasible candidates{beats}{tight}"
+    d_cost = cost_i - int(t.total_cents[best]) / 100
     pct = 100 * d_cost / max(int(t.total_cents[best]) / 100, 0.01)
     diffs = []
     ob, oi = t.offers[int(t.offer_idx[best])], t.offers[int(t.offer_idx[i])]
@@ -202,10 +267,79 @@ def _why(t: CandidateTable, i: int, rank: int, best: int, binding: tuple[str, ..
         diffs.append(METHOD_NAMES[int(t.method[i])])
     if t.market[i] != t.market[best]:
         diffs.append(MARKETS[int(t.market[i])])
-    d_h = float(t.expected_hours[i] - t.expected_hours[best])
+    d_h = hours_i - float(t.expected_hours[best])
     speed = f"{abs(d_h):.1f} h {'faster' if d_h < 0 else 'slower'}"
     what = ", ".join(diffs) or "another offer"
-    return f"+{d_cost:.2f} USD (+{pct:.0f}%) vs plan 1 with {what}; {speed}{tight}"
+    return f"{d_cost:+.2f} USD ({pct:+.0f}%) vs plan 1 with {what}; {speed}{beats}{tight}"
+
+
+def _failure(job: JobSpec, t: CandidateTable, rows: NDArray[np.int64]) -> str:
+    """The nearest miss among `rows` (candidates of one offer), per method, in words."""
+    parts = []
+    for m in sorted({int(x) for x in t.method[rows]}):
+        r = rows[t.method[rows] == m]
+        name = METHOD_NAMES[m]
+        compat = r[t.masks["compatibility"][r]]
+        if compat.size == 0:
+            parts.append(f"{name} is not supported on this GPU")
+            continue
+        fit = compat[t.masks["memory"][compat]]
+        if fit.size == 0:
+            j = compat[np.argmin(t.peak_gib[compat])]
+            parts.append(f"needs {t.peak_gib[j]:.1f} GiB of {t.usable_gib[j]:.1f} GiB with {name}")
+            continue
+        on_time = fit[t.masks["deadline"][fit]]
+        if on_time.size == 0 and job.deadline_hours is not None:
+            j = fit[np.argmin(t.quantile_hours[fit])]
+            parts.append(
+                f"with {name} it fits but misses the deadline by "
+                f"{t.quantile_hours[j] - job.deadline_hours:.1f} h"
+            )
+            continue
+        ok = on_time[t.masks["budget"][on_time]]
+        if ok.size == 0 and job.budget_usd is not None:
+            j = on_time[np.argmin(t.total_cents[on_time])]
+            parts.append(f"with {name} it costs {int(t.total_cents[j]) / 100:.2f} USD, over the budget")
+            continue
+        j = ok[np.argmin(t.total_cents[ok])]
+        parts.append(
+            f"with {name} it is feasible at {int(t.total_cents[j]) / 100:.2f} USD, "
+            f"{float(t.expected_hours[j]):.1f} h"
+        )
+    return "; ".join(parts)
+
+
+def rejected_options(job: JobSpec, t: CandidateTable, chosen: list[int]) -> tuple[str, ...]:
+    """One line each for the cheapest-per-hour offer and the fastest option when they did not win."""
+    if len(t) == 0:
+        return ()
+    lines = []
+    chosen_offers = {int(t.offer_idx[i]) for i in chosen}
+    chosen_gpus = {t.offers[o].gpu for o in chosen_offers}
+    cheapest = int(t.offer_idx[np.argmin(t.price_usd_per_gpu_hour)])
+    if t.offers[cheapest].gpu not in chosen_gpus:
+        o = t.offers[cheapest]
+        rows = np.nonzero(t.offer_idx == cheapest)[0]
+        lines.append(
+            f"{o.gpu} ({o.provider} {o.region}, "
+            f"{float(np.min(t.price_usd_per_gpu_hour[rows])):.2f} USD/GPU-h, "
+            f"cheapest per hour): {_failure(job, t, rows)}"
+        )
+    runnable = np.nonzero(t.masks["compatibility"] & t.masks["memory"])[0]
+    if runnable.size:
+        fastest = int(runnable[np.argmin(t.expected_hours[runnable])])
+        if fastest not in chosen:
+            reasons = [c for c in ("deadline", "budget") if not t.masks[c][fastest]]
+            why = (
+                f"fails {' and '.join(reasons)}"
+                if reasons
+                else f"costs {int(t.total_cents[fastest]) / 100:.2f} USD "
+                f"vs {int(t.total_cents[chosen[0]]) / 100:.2f}"
+            )
+            lines.append(
+                f"fastest option {_label(t, fastest)}: {float(t.expected_hours[fastest]):.1f} h, {why}"
+            )
+    return tuple(lines)
 
 
 def check_plan(job: JobSpec, catalog: Catalog, p: Plan) -> list[str]:

@@ -90,6 +90,50 @@ def diagnose(
                 )
             )
 
+    # More GPUs: the smallest power-of-two cap that yields a plan.
+    cap = job.max_gpus
+    while cap < 1024 and not any(r.constraint == "max_gpus" for r in relaxations):
+        cap *= 2
+        trial = rebuild(
+            job.model_copy(update={"max_gpus": cap, "max_nodes": max(job.max_nodes, -(-cap // 8))})
+        )
+        ok = trial.feasible()
+        if ok.any():
+            relaxations.append(
+                Relaxation(
+                    constraint="max_gpus",
+                    change=f"max_gpus >= {cap}",
+                    value=float(cap),
+                    plan_cost_usd=float(np.min(trial.total_cents[ok])) / 100,
+                )
+            )
+    # Scope filters the user set: dropping one at a time.
+    for field_name in ("providers", "regions", "countries", "gpus"):
+        if getattr(job, field_name) is not None:
+            trial = rebuild(job.model_copy(update={field_name: None}))
+            ok = trial.feasible()
+            if ok.any():
+                relaxations.append(
+                    Relaxation(
+                        constraint=field_name,
+                        change=f"drop the {field_name} filter",
+                        value=None,
+                        plan_cost_usd=float(np.min(trial.total_cents[ok])) / 100,
+                    )
+                )
+    if job.eu_only:
+        trial = rebuild(job.model_copy(update={"eu_only": False}))
+        ok = trial.feasible()
+        if ok.any():
+            relaxations.append(
+                Relaxation(
+                    constraint="eu_only",
+                    change="allow offers outside the EU/EEA",
+                    value=None,
+                    plan_cost_usd=float(np.min(trial.total_cents[ok])) / 100,
+                )
+            )
+
     parts = [" + ".join(_NAMES[c] for c in conf) for conf in conflicts]
     summary = f"no plan meets every requirement: {'; '.join(parts) or 'constraints'} cannot all hold"
     if len(conflicts) == 1 and len(conflicts[0]) == 1:

@@ -83,6 +83,13 @@ class JobSpec(BaseModel):
     deadline_hours: float | None = Field(default=None, gt=0)
     budget_usd: float | None = Field(default=None, gt=0)
     deadline_confidence: float = Field(default=0.9, ge=0.5, lt=1.0)
+    objective: Literal["cost", "time", "weighted"] = Field(
+        default="cost",
+        description="minimum expected cost, minimum time within the budget, or cost + value of time",
+    )
+    time_value_usd_per_hour: float = Field(
+        default=0.0, ge=0, description="for objective 'weighted': what an hour of earlier finish is worth"
+    )
     markets: tuple[Market, ...] = MARKETS
     providers: tuple[str, ...] | None = None
     regions: tuple[str, ...] | None = None

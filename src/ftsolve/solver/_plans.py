@@ -82,6 +82,9 @@ class Plan(_Frozen):
     cost_items: tuple[CostItem, ...]
     total_cost_usd: float
     binding_constraints: tuple[str, ...]
+    slack: dict[str, float] = Field(
+        description="memory GiB, deadline hours, budget USD left before each limit"
+    )
     why: str
     assumptions: tuple[str, ...]
 
@@ -118,3 +121,6 @@ class PlanSet(_Frozen):
     feasible: int
     plans: tuple[Plan, ...]
     price_dates: tuple[dt.date, dt.date] = Field(description="oldest and newest price date in scope")
+    rejected: tuple[str, ...] = Field(
+        default=(), description="why the cheapest-per-hour and the fastest options did not win"
+    )
