@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -119,22 +120,22 @@ class CandidateTable:
     def __len__(self) -> int:
         return int(self.offer_idx.shape[0])
 
-    @property
+    @cached_property
     def method(self) -> I:
         out: I = CONFIGS[self.cfg, 0]
         return out
 
-    @property
+    @cached_property
     def quant(self) -> I:
         out: I = CONFIGS[self.cfg, 1]
         return out
 
-    @property
+    @cached_property
     def shard(self) -> I:
         out: I = CONFIGS[self.cfg, 2]
         return out
 
-    @property
+    @cached_property
     def ckpt(self) -> I:
         out: I = CONFIGS[self.cfg, 3]
         return out
