@@ -225,3 +225,22 @@ def test_explain_command() -> None:
     assert r.exit_code == 0 and json.loads(r.output)["rank"] == 2
     r = CliRunner().invoke(cli, [*args, "--rank", "100000"])
     assert r.exit_code == 2 and "invalid rank" in r.output
+
+
+def test_quota_limits_gpus_per_provider_and_is_explained() -> None:
+    job = JobSpec(
+        model="llama-3.1-70b",
+        train_tokens=100_000_000,
+        seq_len=2048,
+        providers=("aws",),
+        gpu_quota={"aws": 8},
+        markets=("on-demand",),
+    )
+    ps = ftsolve.plan(job)
+    assert all(p.n_gpus <= 8 for p in ps.plans)
+    tight = job.model_copy(update={"gpu_quota": {"aws": 1}, "methods": ("full",)})
+    with pytest.raises(NoFeasiblePlan) as info:
+        ftsolve.plan(tight)
+    inf = info.value.infeasibility
+    assert any("quota" in c for c in inf.conflicts)
+    assert any(r.constraint == "gpu_quota" for r in inf.relaxations)

@@ -25,6 +25,18 @@ def _csv(value: str | None) -> tuple[str, ...] | None:
     return items or None
 
 
+def _quota(value: str | None) -> dict[str, int] | None:
+    if not value:
+        return None
+    out = {}
+    for part in value.split(","):
+        name, _, number = part.partition("=")
+        if not number.strip().isdigit():
+            raise InvalidJobSpec(f"invalid --quota {value!r}: use provider=GPUs pairs like aws=8,gcp=16")
+        out[name.strip().lower()] = int(number)
+    return out
+
+
 # (flag, click keyword arguments). Grouped as they appear in --help.
 _JOB_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--model", {"required": True, "help": "Model preset, e.g. llama-3.1-8b."}),
@@ -96,6 +108,7 @@ _JOB_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--gpu", {"help": "Allowed GPU ids, comma-separated (e.g. h100-sxm,a100-sxm-80gb)."}),
     ("--max-gpus", {"type": int, "default": 64, "show_default": True}),
     ("--max-nodes", {"type": int, "default": 4, "show_default": True}),
+    ("--quota", {"help": "GPU quotas by provider: aws=8,gcp=16."}),
     (
         "--objective",
         {

@@ -279,9 +279,9 @@ def _failure(job: JobSpec, t: CandidateTable, rows: NDArray[np.int64]) -> str:
     for m in sorted({int(x) for x in t.method[rows]}):
         r = rows[t.method[rows] == m]
         name = METHOD_NAMES[m]
-        compat = r[t.masks["compatibility"][r]]
+        compat = r[t.masks["compatibility"][r] & t.masks["quota"][r]]
         if compat.size == 0:
-            parts.append(f"{name} is not supported on this GPU")
+            parts.append(f"{name} is not supported on this GPU or exceeds your quota")
             continue
         fit = compat[t.masks["memory"][compat]]
         if fit.size == 0:
@@ -325,7 +325,7 @@ def rejected_options(job: JobSpec, t: CandidateTable, chosen: list[int]) -> tupl
             f"{float(np.min(t.price_usd_per_gpu_hour[rows])):.2f} USD/GPU-h, "
             f"cheapest per hour): {_failure(job, t, rows)}"
         )
-    runnable = np.nonzero(t.masks["compatibility"] & t.masks["memory"])[0]
+    runnable = np.nonzero(t.masks["compatibility"] & t.masks["quota"] & t.masks["memory"])[0]
     if runnable.size:
         fastest = int(runnable[np.argmin(t.expected_hours[runnable])])
         if fastest not in chosen:

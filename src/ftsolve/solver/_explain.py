@@ -13,6 +13,7 @@ from ftsolve.solver._plans import Infeasibility, Relaxation
 
 _NAMES = {
     "compatibility": "hardware/software compatibility",
+    "quota": "your GPU quotas",
     "memory": "memory fit",
     "deadline": "the deadline",
     "budget": "the budget",
@@ -104,6 +105,18 @@ def diagnose(
                     constraint="max_gpus",
                     change=f"max_gpus >= {cap}",
                     value=float(cap),
+                    plan_cost_usd=float(np.min(trial.total_cents[ok])) / 100,
+                )
+            )
+    if job.gpu_quota:
+        trial = rebuild(job.model_copy(update={"gpu_quota": None}))
+        ok = trial.feasible()
+        if ok.any():
+            relaxations.append(
+                Relaxation(
+                    constraint="gpu_quota",
+                    change="raise or drop the GPU quotas",
+                    value=None,
                     plan_cost_usd=float(np.min(trial.total_cents[ok])) / 100,
                 )
             )

@@ -60,7 +60,7 @@ for _m, _q, _shards in (
         for _c in (0, 1):
             _CONFIGS.append((_m, _q, _s, _c))
 CONFIGS: NDArray[np.int64] = np.array(_CONFIGS, dtype=np.int64)
-CONSTRAINTS = ("compatibility", "memory", "deadline", "budget")
+CONSTRAINTS = ("compatibility", "quota", "memory", "deadline", "budget")
 
 
 def resolve_model(job: JobSpec, catalog: Catalog) -> ModelArch:
@@ -391,6 +391,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     # --- constraint masks -----------------------------------------------------------------
     masks = {
         "compatibility": compat[hi[c_p], ti[c_p]],
+        "quota": _quota_mask(job, arr.provider[c_offer], c_n),
         "memory": fits[c_p],
         "deadline": ~runnable | (quantile_h <= job.deadline_hours)
         if job.deadline_hours is not None
@@ -477,3 +478,11 @@ def _price_subset(runs: RunInputs, mask: B, job: JobSpec) -> RunCosts:
         rework_hours=spread(sub.rework_hours, 0.0),
         spot_fraction=spread(sub.spot_fraction, 0.0),
     )
+
+
+def _quota_mask(job: JobSpec, provider: NDArray[np.str_], n_gpus: I) -> B:
+    """Candidates within the user's GPU quota at their provider (no quota: no limit)."""
+    ok = np.ones(n_gpus.shape[0], dtype=bool)
+    for name, limit in (job.gpu_quota or {}).items():
+        ok &= (provider != name.lower()) | (n_gpus <= limit)
+    return ok

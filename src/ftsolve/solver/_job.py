@@ -98,6 +98,9 @@ class JobSpec(BaseModel):
     gpus: tuple[str, ...] | None = Field(default=None, description="allowed canonical GPU ids")
     max_gpus: int = Field(default=64, gt=0, le=4096)
     max_nodes: int = Field(default=4, gt=0, le=512)
+    gpu_quota: dict[str, int] | None = Field(
+        default=None, description="most GPUs you may hold at once, by provider (e.g. {'aws': 8})"
+    )
     real_token_fraction: float = Field(
         default=1.0, gt=0, le=1.0, description="share of real (non-padding) tokens; 1.0 when packed"
     )
