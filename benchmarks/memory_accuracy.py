@@ -177,11 +177,7 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
     sharding = "none"
     if n > 1:
         sharding = (
-            "zero3"
-            if ("zero3" in shard_text or "fsdp" in shard_text)
-            else "zero2"
-            if "zero2" in shard_text
-            else "ddp"
+            "zero3" if ("zero3" in shard_text or "fsdp" in shard_text) else "zero2" if "zero2" in shard_text else "ddp"
         )
     targets, emb = _targets(row["lora_targets"])
     flash = not row["flash_attn"].lower().startswith("no")
@@ -278,17 +274,11 @@ def evaluate(path: Path, show_rows: bool = False) -> dict[str, list[float]]:
         if case.ok and planning > usable:
             wrong_oom += 1
             if show_rows:
-                print(
-                    f"  predicted not to fit: id {case.id} {case.model} {case.method} "
-                    f"{planning:.1f} > {usable:.1f}"
-                )
+                print(f"  predicted not to fit: id {case.id} {case.model} {case.method} {planning:.1f} > {usable:.1f}")
         if not case.ok and planning <= usable:
             wrong_fit += 1
             if show_rows:
-                print(
-                    f"  OOM predicted to fit: id {case.id} {case.model} {case.method} "
-                    f"{planning:.1f} <= {usable:.1f}"
-                )
+                print(f"  OOM predicted to fit: id {case.id} {case.model} {case.method} {planning:.1f} <= {usable:.1f}")
         if case.measured_gib is None:
             continue
         err = allocated / case.measured_gib - 1.0
@@ -312,9 +302,7 @@ def evaluate(path: Path, show_rows: bool = False) -> dict[str, list[float]]:
         print(f"{key[0]:26s} {key[1]:6s} {_stats(groups[key])}   {_stats(held[key]):>27s}")
     print(f"\nsucceeded on the card but predicted not to fit (default margin): {wrong_oom}")
     print(f"out of memory but predicted to fit: {wrong_fit}")
-    print(
-        "not evaluated: " + "; ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1]))
-    )
+    print("not evaluated: " + "; ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1])))
     return {"all": all_errors}
 
 
@@ -343,9 +331,7 @@ def _pieces(case: Case) -> tuple[float, float, float, float]:
     c = est.components_gib
     margin = 1.0 + k.DYNAMIC_MARGIN.value
     act, lg, dq = c["activations"] / margin, c["logits"] / margin, c["dequant_workspace"]
-    fixed = (
-        sum(v for name, v in c.items()) - c["activations"] - c["logits"] - dq - c["cuda_context"] - c["nccl"]
-    )
+    fixed = sum(v for name, v in c.items()) - c["activations"] - c["logits"] - dq - c["cuda_context"] - c["nccl"]
     return fixed, act, lg, dq
 
 
@@ -363,9 +349,7 @@ def fit(path: Path) -> None:
         design, target, weight = [], [], []
         for c, (fixed, act, lg, dq) in zip(rows, pieces, strict=True):
             f = 1.0 + (frag if c.reserved else 0.0)
-            design.append(
-                [f * act, f * lg, dq] + [1.0 if c.opts.framework == fw else 0.0 for fw in frameworks]
-            )
+            design.append([f * act, f * lg, dq] + [1.0 if c.opts.framework == fw else 0.0 for fw in frameworks])
             target.append(c.measured_gib - fixed)  # type: ignore[operator]
             weight.append(1.0 / c.measured_gib)  # type: ignore[operator]
         x, w, y = np.array(design), np.array(weight), np.array(target)

@@ -36,9 +36,7 @@ def synthetic(base: Catalog, n: int, seed: int = 0) -> Catalog:
                 source_gpu_name="x",
                 gpus_per_node=rng.choice([1, 2, 4, 8]),
                 on_demand_usd_per_gpu_hour=round(od, 4),
-                interruptible_usd_per_gpu_hour=round(od * rng.uniform(0.2, 0.9), 4)
-                if rng.random() < 0.5
-                else None,
+                interruptible_usd_per_gpu_hour=round(od * rng.uniform(0.2, 0.9), 4) if rng.random() < 0.5 else None,
                 region=f"r{rng.randrange(20)}",
                 country=rng.choice(["US", "FI", "DE"]),
                 price_date=dt.date(2026, 10, 1),
@@ -62,15 +60,11 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    job = JobSpec(
-        model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, deadline_hours=24, budget_usd=300
-    )
+    job = JobSpec(model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, deadline_hours=24, budget_usd=300)
     t0 = time.perf_counter()
     base = ftsolve.load_catalog()
     load_s = time.perf_counter() - t0
-    cats = [("bundled", base)] + [
-        (f"synthetic {n}", synthetic(base, n)) for n in map(int, args.sizes.split(","))
-    ]
+    cats = [("bundled", base)] + [(f"synthetic {n}", synthetic(base, n)) for n in map(int, args.sizes.split(","))]
     print(f"catalog load (cold, bundled): {load_s * 1000:.1f} ms")
     print(
         f"{'catalog':18s} {'offers':>7s} {'candidates':>10s} {'engine':>6s} {'build ms':>9s} "
@@ -84,9 +78,7 @@ def main() -> None:
         scan_solve = None
         for engine in ("scan", "cpsat"):
             eng = ENGINES[engine]()
-            solve_s = best_of(
-                args.repeat, eng.rank, table.total_cents, table.tie_rank, table.group, f, 5, True
-            )
+            solve_s = best_of(args.repeat, eng.rank, table.total_cents, table.tie_rank, table.group, f, 5, True)
             scan_solve = scan_solve or solve_s
             total_s = best_of(args.repeat, ftsolve.plan, job, cat, engine=engine)
             tracemalloc.start()

@@ -91,9 +91,7 @@ def main() -> None:
         c = price_runs(r, CONFIDENCE, deadline, 0, 0.05, 0.0, 0.0)
         f = float(c.spot_fraction[0])
         tau = float(c.checkpoint_interval_h[0]) if f > 0 else float("nan")
-        spot_wall = (
-            replay_phase(rng, args.runs, f * work, lam, tau, delta, restart) if f > 0 else np.zeros(args.runs)
-        )
+        spot_wall = replay_phase(rng, args.runs, f * work, lam, tau, delta, restart) if f > 0 else np.zeros(args.runs)
         od_part = (1 - f) * work
         switch = restart if (f > 0 and od_part > 0) else 0.0
         ends_od = od_part > 0

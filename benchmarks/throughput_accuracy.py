@@ -118,9 +118,7 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
 
 
 def predict(c: Case) -> float:
-    opts = MemoryOptions(
-        framework="deepspeed" if c.sharding != "none" and c.source.startswith("qwen") else "hf"
-    )
+    opts = MemoryOptions(framework="deepspeed" if c.sharding != "none" and c.source.startswith("qwen") else "hf")
     est = estimate_time(
         c.arch,
         c.gpu,
@@ -162,9 +160,7 @@ def evaluate(path: Path, show_rows: bool = False) -> None:
             groups[key].append(err)
             if case.id % 2:
                 held[key].append(err)
-        by_job[(case.model.lower(), case.method, case.seq_len, case.n_gpus)].append(
-            (case.gpu, case.measured, pred)
-        )
+        by_job[(case.model.lower(), case.method, case.seq_len, case.n_gpus)].append((case.gpu, case.measured, pred))
         if show_rows:
             print(
                 f"  {case.id:4d} {case.model:10s} {case.method:5s} {case.gpu:14s} n={case.n_gpus:2d} "
@@ -172,10 +168,7 @@ def evaluate(path: Path, show_rows: bool = False) -> None:
                 f"measured {case.measured:8.0f} "
                 f"predicted {pred:8.0f} ({100 * err:+.0f}%)"
             )
-    print(
-        f"{'group':34s} {'all: n':>6s} {'median':>7s} {'p90':>7s}   "
-        f"{'held-out: n':>11s} {'median':>7s} {'p90':>7s}"
-    )
+    print(f"{'group':34s} {'all: n':>6s} {'median':>7s} {'p90':>7s}   {'held-out: n':>11s} {'median':>7s} {'p90':>7s}")
     for key in sorted(groups, key=lambda s: (s == "all", s)):
         print(f"{key:34s} {_stats(groups[key])}   {_stats(held[key]):>27s}")
     agree = total = 0
@@ -194,18 +187,14 @@ def evaluate(path: Path, show_rows: bool = False) -> None:
                     f"predicted {p1:.0f} vs {p2:.0f}"
                 )
     print(f"\nGPU-type ordering: {agree} of {total} pairs of the same job ordered as measured")
-    print(
-        "not evaluated: " + "; ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1]))
-    )
+    print("not evaluated: " + "; ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1])))
 
 
 def _features(c: Case) -> tuple[list[float], float, float]:
     """Linear features of the step time: ([compute at u=1 on Ampere, on Hopper, layer passes,
     dequant seconds per byte/param], fixed seconds (exposed communication + optimizer), measured step)."""
     saved = (k.PER_LAYER_PASS_S, k.DEQUANT_BYTES_PER_PARAM, k.QLORA_TIME_FACTOR, k.ZERO_LAYER_PASS_S)
-    opts = MemoryOptions(
-        framework="deepspeed" if c.sharding != "none" and c.source.startswith("qwen") else "hf"
-    )
+    opts = MemoryOptions(framework="deepspeed" if c.sharding != "none" and c.source.startswith("qwen") else "hf")
     kwargs = dict(
         method=c.method,
         seq_len=c.seq_len,

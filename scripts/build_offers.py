@@ -109,9 +109,7 @@ def skypilot_offers(path: Path, gpus: dict[str, GpuSpec], skipped: collections.C
     """The compact SkyPilot extract, through the same importer users run (`ftsolve catalog import`)."""
 
     def price_date(cloud: str) -> tuple[dt.date, bool]:
-        return dt.date.fromisoformat(
-            SKYPILOT_DATES.get(cloud, SKYPILOT_WINDOW_START)
-        ), cloud not in SKYPILOT_DATES
+        return dt.date.fromisoformat(SKYPILOT_DATES.get(cloud, SKYPILOT_WINDOW_START)), cloud not in SKYPILOT_DATES
 
     def tier(cloud: str, itype: str) -> str:
         if cloud in ("shadeform", "primeintellect"):
@@ -160,11 +158,7 @@ def extra_rows(path: Path, mem: dict[str, float], skipped: collections.Counter[s
             if gpu is None:
                 skipped[f"not a modelled GPU: {row['gpu']}"] += 1
                 continue
-            od = (
-                float(row["on_demand_usd_per_instance_hour"])
-                if row["on_demand_usd_per_instance_hour"]
-                else None
-            )
+            od = float(row["on_demand_usd_per_instance_hour"]) if row["on_demand_usd_per_instance_hour"] else None
             spot = float(row["spot_usd_per_instance_hour"]) if row["spot_usd_per_instance_hour"] else None
             if spot is not None and od is not None and spot >= od:
                 spot = None  # Azure rows where the Spot meter equals pay-as-you-go (SOURCES.md)

@@ -20,9 +20,7 @@ BLOCK = re.compile(r"(<!-- run: (?P<cmd>.+?) -->\n)```\n.*?```\n(<!-- end -->)",
 
 def render(match: re.Match[str]) -> str:
     cmd = match.group("cmd")
-    out = subprocess.run(
-        shlex.split(cmd), capture_output=True, text=True, env=os.environ | {"COLUMNS": "160"}
-    )
+    out = subprocess.run(shlex.split(cmd), capture_output=True, text=True, env=os.environ | {"COLUMNS": "160"})
     text = (out.stdout + out.stderr).rstrip("\n")
     return f"{match.group(1)}```\n$ {cmd}\n{text}\n```\n{match.group(3)}"
 

@@ -84,9 +84,7 @@ def test_user_offers_override_and_appear(tmp_path: Path) -> None:
         ("acme,std,a1,h100-sxm,8,1.0,,eu-1,01/10/2026,src\n", HEADER, "field price_date"),
     ],
 )
-def test_bad_offer_files_name_file_row_and_field(
-    tmp_path: Path, body: str, header: str, message: str
-) -> None:
+def test_bad_offer_files_name_file_row_and_field(tmp_path: Path, body: str, header: str, message: str) -> None:
     path = _write(tmp_path, body, header)
     with pytest.raises(CatalogError, match=r"offers\.csv") as info:
         ftsolve.load_catalog(path)

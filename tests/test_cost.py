@@ -45,9 +45,7 @@ restarts = st.floats(0.01, 1.0)
 
 
 @given(works, rates, rates, deltas, restarts)
-def test_higher_preemption_rate_never_lowers_expected_cost(
-    work: float, a: float, b: float, d: float, r: float
-) -> None:
+def test_higher_preemption_rate_never_lowers_expected_cost(work: float, a: float, b: float, d: float, r: float) -> None:
     lo, hi = sorted((a, b))
     c_lo = price_runs(_run(SPOT, work, lo, d, r), 0.9, None, 0, 0.05, 0.0, 0.0)
     c_hi = price_runs(_run(SPOT, work, hi, d, r), 0.9, None, 0, 0.05, 0.0, 0.0)
@@ -56,9 +54,7 @@ def test_higher_preemption_rate_never_lowers_expected_cost(
 
 
 @given(works, rates, deltas, restarts)
-def test_chosen_interval_is_the_minimum_within_a_grid_step(
-    work: float, lam: float, d: float, r: float
-) -> None:
+def test_chosen_interval_is_the_minimum_within_a_grid_step(work: float, lam: float, d: float, r: float) -> None:
     a = lambda x: np.array([x])  # noqa: E731
     tau, mean, _ = best_interval(a(work), a(lam), a(d), a(r))
     fine = np.geomspace(1.0 / 120.0, work, 2000)
@@ -123,9 +119,7 @@ def _offer(spot: float, od: float, rate: float | None = None) -> Offer:
 
 
 @given(st.floats(0.05, 2.0), st.floats(0.1, 0.9), st.floats(1.0, 1.6))
-def test_on_demand_wins_when_slack_is_below_expected_rework(
-    rate: float, discount: float, stretch: float
-) -> None:
+def test_on_demand_wins_when_slack_is_below_expected_rework(rate: float, discount: float, stretch: float) -> None:
     base = ftsolve.load_catalog()
     cat = ftsolve.Catalog(gpus=base.gpus, offers=(_offer(3.0 * discount, 3.0, rate),), models=base.models)
     free = JobSpec(

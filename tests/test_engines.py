@@ -78,9 +78,7 @@ def test_infeasible_diagnosis_names_a_real_conflict(job: JobSpec, offers: tuple[
 
 
 def test_bundled_catalog_plans_the_readme_job() -> None:
-    job = JobSpec(
-        model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, deadline_hours=24, budget_usd=300
-    )
+    job = JobSpec(model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, deadline_hours=24, budget_usd=300)
     catalog = ftsolve.load_catalog()
     scan = ftsolve.plan(job, catalog, engine="scan")
     cpsat = ftsolve.plan(job, catalog, engine="cpsat")
@@ -92,9 +90,7 @@ def test_bundled_catalog_plans_the_readme_job() -> None:
 
 
 def test_tiny_budget_is_infeasible_and_names_the_budget() -> None:
-    job = JobSpec(
-        model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, deadline_hours=24, budget_usd=0.01
-    )
+    job = JobSpec(model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, deadline_hours=24, budget_usd=0.01)
     with pytest.raises(NoFeasiblePlan) as info:
         ftsolve.plan(job)
     inf = info.value.infeasibility

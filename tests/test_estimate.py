@@ -17,9 +17,7 @@ def test_breakdown_sums_to_the_peak_and_checks_the_card() -> None:
     est = estimate_memory("llama-3.1-8b", method="qlora", seq_len=2048, gpu="rtx-4090")
     assert sum(est.components_gib.values()) == pytest.approx(est.peak_gib, abs=0.01)
     assert est.fits is True and est.usable_gib is not None and est.peak_gib < est.usable_gib
-    big = estimate_memory(
-        "llama-3.1-70b", method="lora", seq_len=8192, gradient_checkpointing=False, gpu="rtx-4090"
-    )
+    big = estimate_memory("llama-3.1-70b", method="lora", seq_len=8192, gradient_checkpointing=False, gpu="rtx-4090")
     assert big.fits is False
 
 
@@ -27,9 +25,7 @@ def test_memory_grows_with_the_things_that_should_grow_it() -> None:
     base = estimate_memory("llama-3.1-8b", method="lora")
     assert estimate_memory("llama-3.1-8b", method="lora", micro_batch=4).peak_gib > base.peak_gib
     assert estimate_memory("llama-3.1-8b", method="lora", seq_len=8192).peak_gib > base.peak_gib
-    assert (
-        estimate_memory("llama-3.1-8b", method="lora", gradient_checkpointing=False).peak_gib > base.peak_gib
-    )
+    assert estimate_memory("llama-3.1-8b", method="lora", gradient_checkpointing=False).peak_gib > base.peak_gib
     assert (
         estimate_memory("llama-3.1-8b", method="full").peak_gib
         > base.peak_gib
@@ -46,9 +42,7 @@ def test_memory_grows_with_the_things_that_should_grow_it() -> None:
     pure = estimate_memory("llama-3.1-8b", method="full", options=MemoryOptions(optimizer="adamw-bf16"))
     assert mixed.components_gib["optimizer"] == pytest.approx(3 * pure.components_gib["optimizer"], rel=0.01)
     sharded = estimate_memory("llama-3.1-8b", method="full", n_gpus=8, sharding="zero3")
-    assert sharded.components_gib["optimizer"] == pytest.approx(
-        mixed.components_gib["optimizer"] / 8, rel=0.01
-    )
+    assert sharded.components_gib["optimizer"] == pytest.approx(mixed.components_gib["optimizer"] / 8, rel=0.01)
 
 
 def test_config_json_and_param_count_inputs(tmp_path: Path) -> None:

@@ -56,9 +56,7 @@ def test_more_budget_later_deadline_or_extra_offer_never_raise_the_best_cost(
 def test_scaling_all_prices_keeps_the_plan(job: JobSpec, offers: tuple[Offer, ...], k: int) -> None:
     # Storage priced on the offer so that every price scales together; no egress (unknown providers).
     offers = tuple(
-        o.model_copy(
-            update={"provider": f"own{i}", "storage_usd_per_gb_month": 0.1, "interruption_rate_per_hour": 0.2}
-        )
+        o.model_copy(update={"provider": f"own{i}", "storage_usd_per_gb_month": 0.1, "interruption_rate_per_hour": 0.2})
         for i, o in enumerate(offers)
     )
     job = job.model_copy(update={"budget_usd": None})
@@ -144,18 +142,10 @@ def test_objectives_rank_by_cost_time_or_both() -> None:
     assert fast.time.expected_hours <= cheap.time.expected_hours
     assert cheap.total_cost_usd <= fast.total_cost_usd
     assert fast.total_cost_usd <= 2000
-    mid = ftsolve.plan(
-        job.model_copy(update={"objective": "weighted", "time_value_usd_per_hour": 50.0}), top=1
-    )
+    mid = ftsolve.plan(job.model_copy(update={"objective": "weighted", "time_value_usd_per_hour": 50.0}), top=1)
     p = mid.plans[0]
-    assert (
-        p.total_cost_usd + 50 * p.time.expected_hours
-        <= cheap.total_cost_usd + 50 * cheap.time.expected_hours + 0.02
-    )
-    assert (
-        p.total_cost_usd + 50 * p.time.expected_hours
-        <= fast.total_cost_usd + 50 * fast.time.expected_hours + 0.02
-    )
+    assert p.total_cost_usd + 50 * p.time.expected_hours <= cheap.total_cost_usd + 50 * cheap.time.expected_hours + 0.02
+    assert p.total_cost_usd + 50 * p.time.expected_hours <= fast.total_cost_usd + 50 * fast.time.expected_hours + 0.02
 
 
 def test_within_lists_every_plan_near_the_best_and_plans_explain_themselves() -> None:

@@ -125,10 +125,7 @@ def test_failed_import_names_file_row_field_and_leaves_catalog_intact(
 
 
 def test_a_crash_while_writing_leaves_the_old_catalog(home: Path, tmp_path: Path, monkeypatch) -> None:
-    assert (
-        run("catalog", "import", str(_own_csv(tmp_path, "acme,t,a,h100-sxm,8,1.0,,eu,2026-11-01,s\n")))[0]
-        == 0
-    )
+    assert run("catalog", "import", str(_own_csv(tmp_path, "acme,t,a,h100-sxm,8,1.0,,eu,2026-11-01,s\n")))[0] == 0
     before = user_catalog_path().read_bytes()
 
     def boom(src: str, dst: str) -> None:
@@ -163,8 +160,7 @@ def test_catalog_list_filters_and_json(home: Path) -> None:
     assert rows and all(r["gpu"] == "h100-sxm" and r["provider"] == "lambda" for r in rows)
     code, out = run("catalog", "list", "--min-memory", "140", "--json", "--max-age-days", "100000")
     assert all(
-        r["gpu"] in {"h200-sxm", "b200", "b300", "gb200", "mi300x", "h200-nvl", "gh200-144gb"}
-        for r in json.loads(out)
+        r["gpu"] in {"h200-sxm", "b200", "b300", "gb200", "mi300x", "h200-nvl", "gh200-144gb"} for r in json.loads(out)
     )
     code, out = run("catalog", "list", "--gpu", "h100-sxmm")
     assert code == 2 and "Did you mean h100-sxm" in out

@@ -45,10 +45,7 @@ def test_parameter_counts_match_physics_table() -> None:
 def test_moe_total_and_active_params() -> None:
     mix = CAT.model("mixtral-8x7b")  # physics.md §1: 46.7B total, 12.9B active
     assert mix.total_params() / 1e9 == pytest.approx(46.7, rel=0.005)
-    active = (
-        mix.total_params()
-        - mix.num_layers * (mix.num_experts - mix.experts_per_token) * mix.expert_mlp_params()
-    )
+    active = mix.total_params() - mix.num_layers * (mix.num_experts - mix.experts_per_token) * mix.expert_mlp_params()
     assert active / 1e9 == pytest.approx(12.9, rel=0.01)
 
 
@@ -65,13 +62,9 @@ def test_lora_parameters_r16_all_linear() -> None:
     assert L70.lora_params(16, "all-linear") == 2_588_672 * 80
 
 
-def _terms(
-    arch: ftsolve.ModelArch, method: int, quant: int, shard: int, ckpt: int, n: int, opt: str = "adamw"
-):
+def _terms(arch: ftsolve.ModelArch, method: int, quant: int, shard: int, ckpt: int, n: int, opt: str = "adamw"):
     sizes = ModelSizes.of(arch, 16, "all-linear")
-    return memory_terms(
-        sizes, MemoryOptions(optimizer=opt), 2048, _a(method), _a(quant), _a(shard), _a(ckpt), _a(n)
-    )
+    return memory_terms(sizes, MemoryOptions(optimizer=opt), 2048, _a(method), _a(quant), _a(shard), _a(ckpt), _a(n))
 
 
 def test_model_states_match_worked_totals() -> None:
@@ -91,15 +84,9 @@ def test_model_states_match_worked_totals() -> None:
 
 def test_qlora_and_lora_base_weights() -> None:
     # physics.md §2.4: QLoRA base 5.70 GB (8B) and 39.52 GB (70B); bf16 base 16.06 / 141.11 GB
-    assert float(_terms(L8, QLORA, Q4, NONE, 0, 1).static["weights"][0]) / 1e9 == pytest.approx(
-        5.70, abs=0.02
-    )
-    assert float(_terms(L70, QLORA, Q4, NONE, 0, 1).static["weights"][0]) / 1e9 == pytest.approx(
-        39.52, abs=0.05
-    )
-    assert float(_terms(L8, LORA, Q16, NONE, 0, 1).static["weights"][0]) / 1e9 == pytest.approx(
-        16.06, abs=0.01
-    )
+    assert float(_terms(L8, QLORA, Q4, NONE, 0, 1).static["weights"][0]) / 1e9 == pytest.approx(5.70, abs=0.02)
+    assert float(_terms(L70, QLORA, Q4, NONE, 0, 1).static["weights"][0]) / 1e9 == pytest.approx(39.52, abs=0.05)
+    assert float(_terms(L8, LORA, Q16, NONE, 0, 1).static["weights"][0]) / 1e9 == pytest.approx(16.06, abs=0.01)
     # adapter states, fp32 + AdamW: 0.67 GB (8B) and 3.31 GB (70B)
     lora8 = _terms(L8, LORA, Q16, NONE, 0, 1).static
     adapter8 = sum(float(lora8[c][0]) for c in ("adapters", "gradients", "optimizer"))
@@ -134,9 +121,7 @@ def test_ddp_adds_gradient_buckets_zero3_adds_gathered_layers() -> None:
     assert float(ddp["comm_buckets"][0]) == pytest.approx(L8.total_params() * 2.0)
     z3 = _terms(L8, FULL, Q16, ZERO3, 1, 8).static
     layer = L8.attention_params_per_layer() + L8.mlp_params_per_layer()
-    assert float(z3["gathered_shards"][0]) == pytest.approx(
-        2 * layer * 2 + L8.vocab_size * L8.hidden_size * 2
-    )
+    assert float(z3["gathered_shards"][0]) == pytest.approx(2 * layer * 2 + L8.vocab_size * L8.hidden_size * 2)
 
 
 def test_flops_per_token_match_worked_numbers() -> None:
@@ -148,6 +133,4 @@ def test_flops_per_token_match_worked_numbers() -> None:
     full_ckpt = float(flops_per_token(sizes, 2048, _a(FULL), _a(1))[0])
     assert full_ckpt == pytest.approx(60.0e9 + attn * 4 / 3, rel=0.005)
     sizes70 = ModelSizes.of(L70, 16, "all-linear")
-    assert float(flops_per_token(sizes70, 2048, _a(FULL), _a(0))[0]) == pytest.approx(
-        417e9 + 8.1e9, rel=0.005
-    )
+    assert float(flops_per_token(sizes70, 2048, _a(FULL), _a(0))[0]) == pytest.approx(417e9 + 8.1e9, rel=0.005)

@@ -79,9 +79,7 @@ class OfferArrays:
             gpu=np.array([o.gpu for o in offers], dtype=str),
             gpus_per_node=np.array([o.gpus_per_node for o in offers], dtype=np.int64),
             on_demand=np.array([o.on_demand_usd_per_gpu_hour or np.nan for o in offers], dtype=np.float64),
-            interruptible=np.array(
-                [o.interruptible_usd_per_gpu_hour or np.nan for o in offers], dtype=np.float64
-            ),
+            interruptible=np.array([o.interruptible_usd_per_gpu_hour or np.nan for o in offers], dtype=np.float64),
             interruption_rate=rate,
             provisioning_h=prov,
             storage_usd_per_gb_month=storage,

@@ -52,9 +52,7 @@ def arch_from_config(cfg: dict[str, Any], name: str, where: str = "config.json")
     if kv is None and (cfg.get("multi_query") is True and not cfg.get("new_decoder_architecture")):
         kv = 1
     kv = kv or heads
-    inter = (
-        cfg.get("intermediate_size") or cfg.get("ffn_hidden_size") or cfg.get("n_inner") or cfg.get("ffn_dim")
-    )
+    inter = cfg.get("intermediate_size") or cfg.get("ffn_hidden_size") or cfg.get("n_inner") or cfg.get("ffn_dim")
     if inter is None and model_type in _NOT_GATED:
         inter = 4 * h
     if inter is None:
@@ -67,9 +65,7 @@ def arch_from_config(cfg: dict[str, Any], name: str, where: str = "config.json")
     tied = cfg.get("tie_word_embeddings")
     if tied is None:
         tied = model_type in _TIED_BY_DEFAULT
-    bias = (
-        bool(cfg.get("attention_bias") or cfg.get("bias") or cfg.get("qkv_bias")) or model_type in _QKV_BIAS
-    )
+    bias = bool(cfg.get("attention_bias") or cfg.get("bias") or cfg.get("qkv_bias")) or model_type in _QKV_BIAS
     try:
         return ModelArch(
             name=name,

@@ -198,9 +198,7 @@ def read_skypilot(
     if fmt == "ftsolve":
         raise CatalogError(f"{origin}: this is an ftsolve offers file, not a SkyPilot catalog")
     if fmt == "skypilot" and not provider:
-        raise CatalogError(
-            f"{origin}: a SkyPilot vms.csv does not name its cloud; pass --provider (e.g. lambda)"
-        )
+        raise CatalogError(f"{origin}: a SkyPilot vms.csv does not name its cloud; pass --provider (e.g. lambda)")
     report = ImportReport(offers=[])
     rows: list[_Row] = []
     for line, row in enumerate(reader, start=2):

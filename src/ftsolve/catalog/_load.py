@@ -110,9 +110,7 @@ def parse_offers(text: str, origin: str, gpus: Mapping[str, GpuSpec]) -> list[Of
     header = reader.fieldnames or []  # type: ignore[attr-defined]
     missing = [c for c in OFFER_COLUMNS if c not in header]
     if missing:
-        raise CatalogError(
-            f"{origin}: missing column(s) {', '.join(missing)}; expected {', '.join(OFFER_COLUMNS)}"
-        )
+        raise CatalogError(f"{origin}: missing column(s) {', '.join(missing)}; expected {', '.join(OFFER_COLUMNS)}")
     offers: list[Offer] = []
     seen: dict[str, int] = {}
     for line, row in enumerate(reader, start=2):
@@ -182,9 +180,7 @@ def _offer_from_row(row: Mapping[str, str | None], where: str, gpus: Mapping[str
         raise CatalogError(f"{where}: field {field}: {first['msg']}") from None
 
 
-def load_catalog(
-    offers_path: str | Path | None = None, *, replace: bool = False, user: bool = True
-) -> Catalog:
+def load_catalog(offers_path: str | Path | None = None, *, replace: bool = False, user: bool = True) -> Catalog:
     """The bundled catalog, then the user catalog (`ftsolve catalog import`), then `offers_path`.
 
     Later sources override earlier offers with the same provider/tier/instance/region key; with

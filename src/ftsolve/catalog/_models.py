@@ -173,7 +173,5 @@ class ModelArch(_Frozen):
         attn = (h + q) + 2 * (h + kv) + (q + h)
         mlp_one = (3 if self.gated_mlp else 2) * (h + i)
         mlp = mlp_one * self.num_experts
-        per_layer = {"attention": attn, "mlp": mlp, "all-linear": attn + mlp, "qv": (h + q) + (h + kv)}[
-            targets
-        ]
+        per_layer = {"attention": attn, "mlp": mlp, "all-linear": attn + mlp, "qv": (h + q) + (h + kv)}[targets]
         return rank * per_layer * self.num_layers

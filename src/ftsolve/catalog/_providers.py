@@ -40,9 +40,7 @@ _MARKET_SPOT = (
     "(Vast.ai docs give no rate; prices-and-spot.md 2(a))"
 )
 _VM_PROVISION = "prices-and-spot.md 2(c): AWS/GCP 3-8 min, Lambda/Nebius/Verda VMs 3-5 min (assumption)"
-_POD_PROVISION = (
-    "prices-and-spot.md 2(c): RunPod container cold start 0.4-2.0 min (600me benchmark 2026-10-19)"
-)
+_POD_PROVISION = "prices-and-spot.md 2(c): RunPod container cold start 0.4-2.0 min (600me benchmark 2026-10-19)"
 _NO_NET = "not published in the catalog snapshot; multi-node plans assume 100 GbE (physics.md 9.2)"
 
 
@@ -145,9 +143,7 @@ PROVIDER_DEFAULTS: dict[str, ProviderDefaults] = {
         0.1,
         _MARKET_SPOT,
     ),
-    "vast": _d(
-        "marketplace", 1, _POD_PROVISION, None, "set per host offer (docs.vast.ai)", 0.1, _MARKET_SPOT
-    ),
+    "vast": _d("marketplace", 1, _POD_PROVISION, None, "set per host offer (docs.vast.ai)", 0.1, _MARKET_SPOT),
     "hetzner": _d(
         "dedicated",
         60,

@@ -211,9 +211,7 @@ def _read_any(path: Path, provider: str | None, price_date: str | None) -> Impor
     guess = provider or (path.parent.name if fmt == "skypilot" and path.name == "vms.csv" else None)
     report = read_skypilot(text, str(path), gpus, provider=guess, price_date=lambda _p: (date, estimated))
     if estimated:
-        report.warnings.append(
-            f"no --price-date given: prices dated {date} (file modification date, estimated)"
-        )
+        report.warnings.append(f"no --price-date given: prices dated {date} (file modification date, estimated)")
     return report
 
 
@@ -293,9 +291,7 @@ def models_list(family: str | None, as_json: bool) -> None:
 
 @models_group.command("show")
 @click.argument("name", required=False)
-@click.option(
-    "--config", "config_path", type=click.Path(path_type=Path), help="A local config.json (or folder)."
-)
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="A local config.json (or folder).")
 @click.option("--lora-rank", type=int, default=16, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @errors

@@ -20,14 +20,10 @@ def estimate_group() -> None:
 
 @estimate_group.command("memory")
 @click.option("--model", help="Model preset, e.g. llama-3.1-8b.")
-@click.option(
-    "--config", "config_path", type=click.Path(path_type=Path), help="A local config.json (or folder)."
-)
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="A local config.json (or folder).")
 @click.option("--params", help="Only a parameter count (7B, 70e9): a Llama-shaped guess, wider error band.")
 @click.option("--method", type=click.Choice(["full", "lora", "qlora"]), default="lora", show_default=True)
-@click.option(
-    "--precision", type=click.Choice(["auto", "16-bit", "int8", "nf4"]), default="auto", show_default=True
-)
+@click.option("--precision", type=click.Choice(["auto", "16-bit", "int8", "nf4"]), default="auto", show_default=True)
 @click.option("--seq-len", type=int, default=2048, show_default=True)
 @click.option("--micro-batch", type=int, default=1, show_default=True)
 @click.option("--gpus", "n_gpus", type=int, default=1, show_default=True)
@@ -43,9 +39,7 @@ def estimate_group() -> None:
 )
 @click.option("--lora-dropout", type=float, default=0.0, show_default=True)
 @click.option("--adapter-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
-@click.option(
-    "--framework", type=click.Choice(["hf", "deepspeed", "litgpt"]), default="hf", show_default=True
-)
+@click.option("--framework", type=click.Choice(["hf", "deepspeed", "litgpt"]), default="hf", show_default=True)
 @click.option("--no-flash", is_flag=True, help="Eager attention (no FlashAttention/SDPA).")
 @click.option("--chunked-loss", is_flag=True, help="Chunked or fused cross-entropy.")
 @click.option("--gpu", help="Check the fit on this GPU (canonical id).")
@@ -78,11 +72,7 @@ def estimate_memory_cmd(
     if len(given) != 1:
         raise InvalidJobSpec("give exactly one of --model, --config or --params")
     target: str | Path | float = (
-        config_path
-        if config_path is not None
-        else float(parse_count(params, "params"))
-        if params
-        else str(model)
+        config_path if config_path is not None else float(parse_count(params, "params")) if params else str(model)
     )
     opts = MemoryOptions(
         optimizer=optimizer,
@@ -118,9 +108,7 @@ def estimate_memory_cmd(
     for name, gib in est.components_gib.items():
         if gib:
             con.print(f"  {name:18s} {gib:9.2f} GiB")
-    con.print(
-        f"  {'peak per GPU':18s} {est.peak_gib:9.2f} GiB  (±{est.error_band:.0%}; {est.architecture_source})"
-    )
+    con.print(f"  {'peak per GPU':18s} {est.peak_gib:9.2f} GiB  (±{est.error_band:.0%}; {est.architecture_source})")
     if est.gpu is not None:
         verdict = "fits" if est.fits else "does NOT fit"
         con.print(f"  {est.gpu}: usable {est.usable_gib:.1f} GiB -> {verdict}")
@@ -128,9 +116,7 @@ def estimate_memory_cmd(
 
 @estimate_group.command("time")
 @click.option("--model", help="Model preset, e.g. llama-3.1-8b.")
-@click.option(
-    "--config", "config_path", type=click.Path(path_type=Path), help="A local config.json (or folder)."
-)
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="A local config.json (or folder).")
 @click.option("--params", help="Only a parameter count (7B, 70e9).")
 @click.option("--gpu", required=True, help="Canonical GPU id, e.g. h100-sxm.")
 @click.option("--method", type=click.Choice(["full", "lora", "qlora"]), default="lora", show_default=True)
@@ -175,11 +161,7 @@ def estimate_time_cmd(
     if len(given) != 1:
         raise InvalidJobSpec("give exactly one of --model, --config or --params")
     target: str | Path | float = (
-        config_path
-        if config_path is not None
-        else float(parse_count(params, "params"))
-        if params
-        else str(model)
+        config_path if config_path is not None else float(parse_count(params, "params")) if params else str(model)
     )
     if not 0 < real_token_fraction <= 1:
         raise InvalidJobSpec(f"invalid --real-token-fraction {real_token_fraction}: must be in (0, 1]")
@@ -211,9 +193,7 @@ def estimate_time_cmd(
         f"utilization {est.utilization:.2f})"
     )
     con.print(f"  compute per step     {est.compute_s:9.3f} s")
-    con.print(
-        f"  communication        {est.communication_s:9.3f} s ({est.exposed_communication_s:.3f} s exposed)"
-    )
+    con.print(f"  communication        {est.communication_s:9.3f} s ({est.exposed_communication_s:.3f} s exposed)")
     con.print(f"  optimizer step       {est.optimizer_s:9.3f} s")
     con.print(
         f"  step                 {est.step_s:9.3f} s  -> {est.tokens_per_s:,.0f} tokens/s "

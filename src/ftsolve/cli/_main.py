@@ -1,21 +1,37 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
+from ftsolve._exports import EXPORTERS, export_plan
+from ftsolve._tomllib import tomllib
 from ftsolve._units import parse_count, parse_hours, parse_usd
 from ftsolve.catalog import load_catalog
+from ftsolve.catalog._import import write_atomically
 from ftsolve.cli._catalog import catalog_group, models_group
 from ftsolve.cli._common import errors
 from ftsolve.cli._estimate import estimate_group
-from ftsolve.cli._render import render_explain, render_infeasible, render_plans
-from ftsolve.solver import JobSpec, PlanSet, plan
+from ftsolve.cli._render import (
+    progress_bar,
+    render_compare,
+    render_explain,
+    render_infeasible,
+    render_markdown,
+    render_pareto,
+    render_plans,
+    write_plot,
+)
+from ftsolve.solver import Infeasibility, JobSpec, PlanSet, plan
 from ftsolve.solver._memory import OPTIMIZERS
+from ftsolve.solver._sweeps import compare, pareto
 
 
 def _csv(value: str | None) -> tuple[str, ...] | None:
@@ -39,108 +55,108 @@ def _quota(value: str | None) -> dict[str, int] | None:
 
 # (flag, click keyword arguments). Grouped as they appear in --help.
 _JOB_OPTIONS: list[tuple[str, dict[str, Any]]] = [
-    ("--model", {"required": True, "help": "Model preset, e.g. llama-3.1-8b."}),
-    ("--tokens", {"required": True, "help": "Tokens to train on, all epochs: 50M, 1.2B."}),
-    ("--seq-len", {"required": True, "type": int, "help": "Sequence length in tokens."}),
-    ("--global-batch", {"type": int, "default": 16, "show_default": True, "help": "Sequences per step."}),
-    ("--methods", {"default": "full,lora,qlora", "show_default": True, "help": "Allowed methods."}),
-    ("--optimizer", {"type": click.Choice(list(OPTIMIZERS)), "default": "adamw", "show_default": True}),
-    ("--lora-rank", {"type": int, "default": 16, "show_default": True}),
+    ("--job", {"type": click.Path(dir_okay=False), "help": "Job file (YAML/TOML); flags override it."}),
+    ("--model", {"help": "Model preset: llama-3.1-8b (here or in --job)."}),
+    ("--tokens", {"help": "Tokens to train on, all epochs: 50M, 1.2B."}),
+    ("--seq-len", {"type": int, "help": "Sequence length in tokens."}),
+    ("--global-batch", {"type": int, "default": 16, "help": "Sequences per step (16)."}),
+    ("--methods", {"default": "full,lora,qlora", "help": "Allowed: full,lora,qlora."}),
     (
-        "--real-token-fraction",
+        "--optimizer",
         {
-            "type": float,
-            "default": 1.0,
-            "show_default": True,
-            "help": "Share of real tokens (padding lowers it).",
+            "type": click.Choice(list(OPTIMIZERS)),
+            "default": "adamw",
+            "metavar": "NAME",
+            "help": "Optimizer regime (adamw; adamw-bf16, adamw-8bit, ...).",
         },
     ),
-    (
-        "--eval-fraction",
-        {
-            "type": float,
-            "default": 0.0,
-            "show_default": True,
-            "help": "Evaluation tokens as a share of training tokens.",
-        },
-    ),
-    (
-        "--trials",
-        {"type": int, "default": 0, "show_default": True, "help": "Trial runs before the final run."},
-    ),
-    (
-        "--trial-fraction",
-        {"type": float, "default": 0.05, "show_default": True, "help": "Data share per trial."},
-    ),
-    (
-        "--failure-prob",
-        {
-            "type": float,
-            "default": 0.0,
-            "show_default": True,
-            "help": "Probability a run fails and is restarted.",
-        },
-    ),
+    ("--lora-rank", {"type": int, "default": 16, "help": "LoRA rank (16)."}),
+    ("--real-token-fraction", {"type": float, "default": 1.0, "help": "Share of real tokens (1.0 packed)."}),
+    ("--eval-fraction", {"type": float, "default": 0.0, "help": "Evaluation tokens per training token."}),
+    ("--trials", {"type": int, "default": 0, "help": "Trial runs before the final run."}),
+    ("--trial-fraction", {"type": float, "default": 0.05, "help": "Data share per trial (0.05)."}),
+    ("--failure-prob", {"type": float, "default": 0.0, "help": "Probability a run fails, restarts."}),
     # constraints
     ("--deadline", {"help": "Deadline: 24h, 90m, 2d."}),
     ("--budget", {"help": "Budget in USD: 300, $1.2k."}),
-    (
-        "--confidence",
-        {
-            "type": float,
-            "default": 0.9,
-            "show_default": True,
-            "help": "Probability the deadline must hold with.",
-        },
-    ),
-    (
-        "--markets",
-        {
-            "default": "on-demand,interruptible,fallback",
-            "show_default": True,
-            "help": "fallback = interruptible first, then on-demand to keep the deadline.",
-        },
-    ),
+    ("--confidence", {"type": float, "default": 0.9, "help": "Deadline must hold with this (0.9)."}),
+    ("--markets", {"default": "on-demand,interruptible,fallback", "help": "Allowed markets (all three)."}),
     ("--provider", {"help": "Allowed providers, comma-separated."}),
     ("--region", {"help": "Allowed regions, comma-separated."}),
-    ("--country", {"help": "Allowed ISO country codes, comma-separated."}),
+    ("--country", {"help": "Allowed ISO country codes."}),
     ("--eu-only", {"is_flag": True, "help": "Only offers in EU/EEA countries."}),
-    ("--gpu", {"help": "Allowed GPU ids, comma-separated (e.g. h100-sxm,a100-sxm-80gb)."}),
-    ("--max-gpus", {"type": int, "default": 64, "show_default": True}),
-    ("--max-nodes", {"type": int, "default": 4, "show_default": True}),
+    ("--gpu", {"help": "Allowed GPU ids: h100-sxm,l40s."}),
+    ("--max-gpus", {"type": int, "default": 64, "help": "Most GPUs (64)."}),
+    ("--max-nodes", {"type": int, "default": 4, "help": "Most nodes (4)."}),
     ("--quota", {"help": "GPU quotas by provider: aws=8,gcp=16."}),
     (
         "--objective",
         {
             "type": click.Choice(["cost", "time", "weighted"]),
             "default": "cost",
-            "show_default": True,
-            "help": "Minimum cost, minimum time within budget, or cost + --time-value per hour.",
+            "metavar": "GOAL",
+            "help": "cost, time (within budget) or weighted.",
         },
     ),
-    (
-        "--time-value",
-        {
-            "type": float,
-            "default": 0.0,
-            "show_default": True,
-            "help": "USD an hour of earlier finish is worth (objective weighted).",
-        },
-    ),
+    ("--time-value", {"type": float, "default": 0.0, "help": "USD per hour of earlier finish."}),
     # catalog and output
     ("--offers", {"type": click.Path(dir_okay=False), "help": "Extra offers file (overrides bundled)."}),
-    ("--engine", {"type": click.Choice(["scan", "cpsat"]), "default": "scan", "show_default": True}),
-    (
-        "--max-age-days",
-        {
-            "type": int,
-            "default": 180,
-            "show_default": True,
-            "help": "Warn when a plan's price is older than this.",
-        },
-    ),
+    ("--engine", {"type": click.Choice(["scan", "cpsat"]), "default": "scan", "help": "Solver engine."}),
+    ("--max-age-days", {"type": int, "default": 180, "help": "Warn about older prices (180)."}),
     ("--json", {"is_flag": True, "help": "Print JSON."}),
 ]
+
+
+_GROUPS = {
+    "Job": [
+        "job",
+        "model",
+        "tokens",
+        "seq_len",
+        "global_batch",
+        "methods",
+        "optimizer",
+        "lora_rank",
+        "real_token_fraction",
+        "eval_fraction",
+        "trials",
+        "trial_fraction",
+        "failure_prob",
+    ],
+    "Constraints": [
+        "deadline",
+        "budget",
+        "confidence",
+        "markets",
+        "provider",
+        "region",
+        "country",
+        "eu_only",
+        "gpu",
+        "max_gpus",
+        "max_nodes",
+        "quota",
+        "objective",
+        "time_value",
+    ],
+}
+
+
+class GroupedCommand(click.Command):
+    """Help with the options in sections (job, constraints, output) so it fits on one screen."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows: dict[str, list[tuple[str, str]]] = {"Job": [], "Constraints": [], "Output and catalog": []}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            section = next((g for g, names in _GROUPS.items() if param.name in names), "Output and catalog")
+            rows[section].append(record)
+        for section, records in rows.items():
+            if records:
+                with formatter.section(section):
+                    formatter.write_dl(records)
 
 
 def job_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -149,35 +165,85 @@ def job_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+# Flag parameter -> (JobSpec field, converter from the flag's value).
+_FLAG_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "model": ("model", lambda v: str(v).lower()),
+    "tokens": ("train_tokens", parse_count),
+    "seq_len": ("seq_len", int),
+    "global_batch": ("global_batch_size", int),
+    "methods": ("methods", _csv),
+    "optimizer": ("optimizer", str),
+    "lora_rank": ("lora_rank", int),
+    "real_token_fraction": ("real_token_fraction", float),
+    "eval_fraction": ("eval_fraction", float),
+    "trials": ("trial_runs", int),
+    "trial_fraction": ("trial_fraction", float),
+    "failure_prob": ("failure_probability", float),
+    "deadline": ("deadline_hours", parse_hours),
+    "budget": ("budget_usd", parse_usd),
+    "confidence": ("deadline_confidence", float),
+    "markets": ("markets", _csv),
+    "provider": ("providers", _csv),
+    "region": ("regions", _csv),
+    "country": ("countries", _csv),
+    "eu_only": ("eu_only", bool),
+    "gpu": ("gpus", _csv),
+    "max_gpus": ("max_gpus", int),
+    "max_nodes": ("max_nodes", int),
+    "quota": ("gpu_quota", lambda v: _quota(v)),
+    "objective": ("objective", str),
+    "time_value": ("time_value_usd_per_hour", float),
+}
+# Job-file values given in human units, parsed like the flags.
+_FILE_UNITS: dict[str, Callable[[Any], Any]] = {
+    "train_tokens": parse_count,
+    "deadline_hours": parse_hours,
+    "budget_usd": parse_usd,
+}
+
+
+def load_job_file(path: str) -> dict[str, Any]:
+    """A job file's fields (JobSpec names; numbers may carry units: 50M, 36h, $500)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidJobSpec(f"{path}: cannot read job file ({exc.strerror})") from None
+    try:
+        if p.suffix.lower() == ".toml":
+            data: Any = tomllib.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise InvalidJobSpec(
+            f"{path}: not valid {'TOML' if p.suffix.lower() == '.toml' else 'YAML'} ({str(exc).splitlines()[0]})"
+        ) from None
+    if not isinstance(data, dict):
+        raise InvalidJobSpec(f"{path}: expected a mapping of job fields")
+    unknown = sorted(set(data) - set(JobSpec.model_fields))
+    if unknown:
+        raise InvalidJobSpec(f"{path}: unknown field {unknown[0]!r}; fields are JobSpec's (ftsolve schema job)")
+    out = dict(data)
+    for field_name, parse in _FILE_UNITS.items():
+        if isinstance(out.get(field_name), str):
+            out[field_name] = parse(out[field_name])
+    return out
+
+
 def job_from_options(o: dict[str, Any]) -> JobSpec:
-    """The JobSpec that the shared job flags describe (human units parsed here)."""
-    return JobSpec.build(
-        model=o["model"].lower(),
-        train_tokens=parse_count(o["tokens"]),
-        seq_len=o["seq_len"],
-        global_batch_size=o["global_batch"],
-        methods=_csv(o["methods"]),
-        optimizer=o["optimizer"],
-        lora_rank=o["lora_rank"],
-        real_token_fraction=o["real_token_fraction"],
-        eval_fraction=o["eval_fraction"],
-        trial_runs=o["trials"],
-        trial_fraction=o["trial_fraction"],
-        failure_probability=o["failure_prob"],
-        deadline_hours=parse_hours(o["deadline"]) if o["deadline"] else None,
-        budget_usd=parse_usd(o["budget"]) if o["budget"] else None,
-        deadline_confidence=o["confidence"],
-        markets=_csv(o["markets"]),
-        providers=_csv(o["provider"]),
-        regions=_csv(o["region"]),
-        countries=_csv(o["country"]),
-        eu_only=o["eu_only"],
-        gpus=_csv(o["gpu"]),
-        max_gpus=o["max_gpus"],
-        max_nodes=o["max_nodes"],
-        objective=o["objective"],
-        time_value_usd_per_hour=o["time_value"],
-    )
+    """The JobSpec the job file and the flags describe; flags typed on the command line win."""
+    ctx = click.get_current_context()
+    fields: dict[str, Any] = load_job_file(o["job"]) if o.get("job") else {}
+    for param, (field_name, convert) in _FLAG_FIELDS.items():
+        value = o.get(param)
+        explicit = ctx.get_parameter_source(param) == click.core.ParameterSource.COMMANDLINE
+        if value is None or (field_name in fields and not explicit):
+            continue
+        fields[field_name] = convert(value)
+    for required, flag in (("model", "--model"), ("train_tokens", "--tokens"), ("seq_len", "--seq-len")):
+        if required not in fields:
+            raise InvalidJobSpec(f"missing {required}: pass {flag} or set {required} in the --job file")
+    return JobSpec.build(**fields)
 
 
 def _plans_or_exit(o: dict[str, Any], top: int, within: float | None) -> PlanSet:
@@ -211,22 +277,25 @@ def cli() -> None:
     """Plan LLM fine-tuning on rented GPUs: what to rent, how to train, what it really costs."""
 
 
-@cli.command("plan")
+@cli.command("plan", cls=GroupedCommand)
 @job_options
-@click.option("--top", type=int, default=5, show_default=True, help="Number of plans.")
-@click.option("--within", type=float, help="Show every plan within this fraction of the best (0.05 = 5%).")
+@click.option("--top", type=int, default=5, help="Number of plans (5).")
+@click.option("--within", type=float, help="Every plan within this share of the best: 0.05.")
+@click.option("--markdown", is_flag=True, help="Print a Markdown table.")
 @errors
-def plan_cmd(top: int, within: float | None, **o: Any) -> None:
-    """Rank plans for a fine-tuning job (expected total cost by default)."""
+def plan_cmd(top: int, within: float | None, markdown: bool, **o: Any) -> None:
+    """Rank plans for a fine-tuning job. Exit 0: plans; 1: none feasible (explained); 2: bad input."""
     result = _plans_or_exit(o, top, within)
     if o["json"]:
         click.echo(result.model_dump_json(indent=2))
+    elif markdown:
+        click.echo(render_markdown(result))
     else:
         render_plans(result)
     _warn_stale(result, o["max_age_days"])
 
 
-@cli.command("explain")
+@cli.command("explain", cls=GroupedCommand)
 @job_options
 @click.option("--rank", type=int, default=1, show_default=True, help="Which plan to explain.")
 @errors
@@ -241,6 +310,76 @@ def explain_cmd(rank: int, **o: Any) -> None:
     else:
         render_explain(result, chosen)
     _warn_stale(result, o["max_age_days"])
+
+
+@cli.command("export", cls=GroupedCommand)
+@click.argument("kind", type=click.Choice(list(EXPORTERS)))
+@job_options
+@click.option("--rank", type=int, default=1, show_default=True, help="Which plan to export.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
+@errors
+def export_cmd(kind: str, rank: int, out: Path | None, **o: Any) -> None:
+    """Write a launch config for a plan: a SkyPilot task, an accelerate config or an axolotl recipe."""
+    result = _plans_or_exit({**o, "json": False}, max(rank, 5), None)
+    if rank < 1 or rank > len(result.plans):
+        raise InvalidJobSpec(f"invalid rank {rank}: there are {len(result.plans)} plans")
+    catalog = load_catalog(o["offers"])
+    text = yaml.safe_dump(export_plan(kind, result.plans[rank - 1], result.job, catalog), sort_keys=False)
+    header = f"# ftsolve plan {rank}: {result.plans[rank - 1].why}\n"
+    if out is None:
+        click.echo(header + text, nl=False)
+    else:
+        write_atomically(out, header + text)
+        click.echo(f"wrote {out}")
+
+
+@cli.command("schema")
+@click.argument("what", type=click.Choice(["job", "plan", "infeasible"]))
+def schema_cmd(what: str) -> None:
+    """Print the JSON Schema of the job input, the plan output, or the no-plan explanation."""
+    schema = {
+        "job": JobSpec.model_json_schema,
+        "plan": PlanSet.model_json_schema,
+        "infeasible": Infeasibility.model_json_schema,
+    }[what]()
+    click.echo(json.dumps(schema, indent=2))
+
+
+@cli.command("compare", cls=GroupedCommand)
+@job_options
+@click.option("--by", type=click.Choice(["gpu", "method"]), default="gpu", show_default=True)
+@errors
+def compare_cmd(by: str, **o: Any) -> None:
+    """The same job side by side across GPU types (or methods): fits or not, hours, cost, what stops it."""
+    job = job_from_options(o)
+    rows = compare(job, load_catalog(o["offers"]), by="gpu" if by == "gpu" else "method")
+    if o["json"]:
+        click.echo(json.dumps([r.model_dump() for r in rows], indent=2))
+    else:
+        render_compare(rows, by)
+
+
+@cli.command("pareto", cls=GroupedCommand)
+@job_options
+@click.option("--sweep", type=click.Choice(["deadline", "budget"]), default="deadline", show_default=True)
+@click.option("--points", type=int, default=12, show_default=True, help="Values of the swept limit.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write the frontier as SVG (or PNG).")
+@errors
+def pareto_cmd(sweep: str, points: int, plot: Path | None, **o: Any) -> None:
+    """Expected cost against finish time: the frontier over a swept deadline (or budget)."""
+    job = job_from_options(o)
+    catalog = load_catalog(o["offers"])
+    with progress_bar(points, enabled=not o["json"]) as advance:
+        frontier = pareto(
+            job, catalog, sweep="deadline" if sweep == "deadline" else "budget", points=points, on_point=advance
+        )
+    if o["json"]:
+        click.echo(json.dumps([p.model_dump() for p in frontier], indent=2))
+    else:
+        render_pareto(frontier, sweep)
+    if plot is not None:
+        write_plot(plot, frontier, job)
+        click.echo(f"wrote {plot}")
 
 
 cli.add_command(catalog_group)

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from html import escape
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
+from ftsolve._errors import InvalidJobSpec
+from ftsolve.catalog._import import write_atomically
 from ftsolve.cli._common import console
 from ftsolve.solver import Infeasibility, Plan, PlanSet
+from ftsolve.solver._job import JobSpec
+from ftsolve.solver._sweeps import CompareRow, FrontierPoint
 
 
 def render_plans(ps: PlanSet) -> None:
@@ -39,9 +50,7 @@ def render_plans(ps: PlanSet) -> None:
         "hours",
         "cost USD",
     ):
-        t.add_column(
-            col, justify="right" if col in ("#", "GPUs", "mem/GPU GiB", "hours", "cost USD") else "left"
-        )
+        t.add_column(col, justify="right" if col in ("#", "GPUs", "mem/GPU GiB", "hours", "cost USD") else "left")
     for p in ps.plans:
         hours = f"{p.time.expected_hours:.1f}"
         if p.market != "on-demand":
@@ -109,8 +118,7 @@ def render_explain(ps: PlanSet, p: Plan) -> None:
         if gib:
             con.print(f"  {name:20s} {gib:9.2f}")
     con.print(
-        f"  {'peak':20s} {p.memory.peak_gib:9.2f} of {p.memory.usable_gib:.2f} usable "
-        f"({p.memory.card_gib:g} card)"
+        f"  {'peak':20s} {p.memory.peak_gib:9.2f} of {p.memory.usable_gib:.2f} usable ({p.memory.card_gib:g} card)"
     )
     t = p.time
     con.print("[bold]Time[/] (hours)")
@@ -150,3 +158,156 @@ def render_explain(ps: PlanSet, p: Plan) -> None:
         con.print("[bold]Options that lost[/]")
         for line in ps.rejected:
             con.print(f"  {line}")
+
+
+def render_markdown(ps: PlanSet) -> str:
+    """The plans as a Markdown table, with the reasons below it."""
+    job = ps.job
+    model = job.model if isinstance(job.model, str) else job.model.name
+    lines = [
+        f"**{model}**, {job.train_tokens / 1e6:g}M tokens, seq {job.seq_len}"
+        + (f", deadline {job.deadline_hours:g} h" if job.deadline_hours else "")
+        + (f", budget {job.budget_usd:g} USD" if job.budget_usd else ""),
+        "",
+        "| # | offer | GPUs | method | precision | sharding | ckpt | market | mem/GPU GiB | hours | p-hours "
+        "| cost USD |",
+        "|---|---|---:|---|---|---|---|---|---:|---:|---:|---:|",
+    ]
+    for p in ps.plans:
+        lines.append(
+            f"| {p.rank} | {p.offer.provider} {p.offer.region} {p.gpu} | {p.n_gpus} | {p.method} | "
+            f"{p.weight_precision} | {p.sharding} | {'on' if p.gradient_checkpointing else 'off'} | {p.market} | "
+            f"{p.memory.peak_gib:.1f}/{p.memory.usable_gib:.0f} | {p.time.expected_hours:.1f} | "
+            f"{p.time.quantile_hours:.1f} | {p.total_cost_usd:.2f} |"
+        )
+    lines.append("")
+    lines += [f"{p.rank}. {p.why}" for p in ps.plans]
+    lines += [f"- Not chosen: {r}" for r in ps.rejected]
+    lines.append(
+        f"\nPrices dated {ps.price_dates[0]} to {ps.price_dates[1]}; p-hours at {job.deadline_confidence:.0%}."
+    )
+    return "\n".join(lines)
+
+
+def render_compare(rows: list[CompareRow], by: str) -> None:
+    t = Table()
+    for col in (by, "fits", "GPUs", "method", "market", "provider", "hours", "cost USD", "what stops it"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(
+            r.option,
+            "yes" if r.feasible else "no",
+            str(r.n_gpus or ""),
+            r.method or "",
+            r.market or "",
+            r.provider or "",
+            f"{r.expected_hours:.1f}" if r.expected_hours is not None else "",
+            f"{r.total_cost_usd:.2f}" if r.total_cost_usd is not None else "",
+            r.blocked_by,
+        )
+    console().print(t)
+
+
+def render_pareto(points: list[FrontierPoint], sweep: str) -> None:
+    t = Table(title=f"expected cost against finish time, sweeping the {sweep}")
+    for col in (
+        f"{sweep} {'h' if sweep == 'deadline' else 'USD'}",
+        "cost USD",
+        "hours",
+        "p-hours",
+        "plan",
+        "frontier",
+    ):
+        t.add_column(col)
+    for p in points:
+        t.add_row(
+            f"{p.limit:.2f}",
+            f"{p.total_cost_usd:.2f}" if p.feasible else "-",
+            f"{p.expected_hours:.2f}" if p.feasible else "-",
+            f"{p.quantile_hours:.2f}" if p.feasible else "-",
+            p.label or "no plan",
+            "*" if p.on_frontier else "",
+        )
+    console().print(t)
+
+
+@contextmanager
+def progress_bar(total: int, enabled: bool = True) -> Iterator[Callable[[], None]]:
+    """A progress bar on a terminal; silent when output is piped or `enabled` is False."""
+    con = Console(stderr=True)
+    if not enabled or not con.is_terminal:
+        yield lambda: None
+        return
+    with Progress(console=con, transient=True) as progress:
+        task = progress.add_task("sweeping", total=total)
+        yield lambda: progress.advance(task)
+
+
+def write_plot(path: Path, points: list[FrontierPoint], job: JobSpec) -> None:
+    """The frontier as SVG (dependency-free) or PNG (needs matplotlib)."""
+    ok = [p for p in points if p.feasible]
+    if not ok:
+        raise InvalidJobSpec("nothing to plot: no sweep value has a feasible plan")
+    if path.suffix.lower() == ".png":
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise InvalidJobSpec("PNG plots need matplotlib (pip install matplotlib); or write .svg") from None
+        fig, ax = plt.subplots(figsize=(8, 5))
+        ax.plot([p.quantile_hours for p in ok], [p.total_cost_usd for p in ok], "o-")
+        for p in ok:
+            if p.on_frontier:
+                ax.annotate(p.label or "", (p.quantile_hours or 0, p.total_cost_usd or 0), fontsize=7)
+        ax.set_xlabel(f"finish time at {job.deadline_confidence:.0%} (h)")
+        ax.set_ylabel("expected total cost (USD)")
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return
+    if path.suffix.lower() != ".svg":
+        raise InvalidJobSpec(f"invalid plot file {path.name!r}: use .svg or .png")
+    write_atomically(path, _svg(ok, job))
+
+
+def _svg(points: list[FrontierPoint], job: JobSpec) -> str:
+    w, h, m = 720, 440, 70
+    xs = [p.quantile_hours or 0.0 for p in points]
+    ys = [p.total_cost_usd or 0.0 for p in points]
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    y0, y1 = min(ys), max(ys) if max(ys) > min(ys) else min(ys) + 1
+
+    def sx(x: float) -> float:
+        return m + (x - x0) / (x1 - x0) * (w - 2 * m)
+
+    def sy(y: float) -> float:
+        return h - m - (y - y0) / (y1 - y0) * (h - 2 * m)
+
+    model = job.model if isinstance(job.model, str) else job.model.name
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
+        f'<rect width="{w}" height="{h}" fill="white"/>',
+        f'<text x="{w / 2}" y="24" text-anchor="middle" font-size="14">'
+        f"{escape(model)}: expected cost vs finish time</text>",
+        f'<line x1="{m}" y1="{h - m}" x2="{w - m}" y2="{h - m}" stroke="black"/>',
+        f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h - m}" stroke="black"/>',
+        f'<text x="{w / 2}" y="{h - 25}" text-anchor="middle">finish time at {job.deadline_confidence:.0%} (h): '
+        f"{x0:.1f} to {x1:.1f}</text>",
+        f'<text x="18" y="{h / 2}" transform="rotate(-90 18 {h / 2})" text-anchor="middle">expected total cost '
+        f"(USD): {y0:.2f} to {y1:.2f}</text>",
+    ]
+    frontier = sorted((p for p in points if p.on_frontier), key=lambda p: p.quantile_hours or 0.0)
+    if len(frontier) > 1:
+        path = " ".join(f"{sx(p.quantile_hours or 0):.1f},{sy(p.total_cost_usd or 0):.1f}" for p in frontier)
+        parts.append(f'<polyline points="{path}" fill="none" stroke="#1f77b4" stroke-width="2"/>')
+    for p in points:
+        colour = "#1f77b4" if p.on_frontier else "#999999"
+        cx, cy = sx(p.quantile_hours or 0), sy(p.total_cost_usd or 0)
+        parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="{colour}"/>')
+        if p.on_frontier:
+            parts.append(
+                f'<text x="{cx + 6:.1f}" y="{cy - 6:.1f}">{escape(p.label or "")} ({p.total_cost_usd:.2f} USD)</text>'
+            )
+    parts.append("</svg>\n")
+    return "\n".join(parts)

@@ -104,9 +104,7 @@ def objective_key(job: JobSpec, t: CandidateTable) -> tuple[NDArray[np.int64], N
     return key.astype(np.int64), tie.astype(np.int64)
 
 
-def plan_from_row(
-    job: JobSpec, t: CandidateTable, i: int, rank: int, best: int, nxt: int | None = None
-) -> Plan:
+def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int, nxt: int | None = None) -> Plan:
     offer = t.offers[int(t.offer_idx[i])]
     # Cards without bf16 (Volta, Turing) train in fp16 with loss scaling.
     gpu_spec_16 = "bf16" if t.gpu_specs[offer.gpu].supports_bf16 else "fp16"
@@ -135,9 +133,7 @@ def plan_from_row(
         expected_hours=round(float(t.expected_hours[i]), 4),
         quantile_hours=round(float(t.quantile_hours[i]), 4),
         confidence=job.deadline_confidence,
-        checkpoint_interval_hours=round(float(t.tau_hours[i]), 4)
-        if spot and t.spot_fraction[i] > 0
-        else None,
+        checkpoint_interval_hours=round(float(t.tau_hours[i]), 4) if spot and t.spot_fraction[i] > 0 else None,
         interruptible_fraction=round(float(t.spot_fraction[i]), 4),
         interruption_rate_per_hour=round(float(t.interruption_rate_per_hour[i]), 4) if spot else None,
     )
@@ -151,9 +147,7 @@ def plan_from_row(
         "egress": f"{defaults.egress_usd_per_gb} USD/GB: {defaults.egress_source}",
     }
     items = tuple(
-        CostItem(
-            name=name, usd=int(c[i]) / 100, detail=_ITEM_DETAIL[name], source=sources.get(name, price_src)
-        )
+        CostItem(name=name, usd=int(c[i]) / 100, detail=_ITEM_DETAIL[name], source=sources.get(name, price_src))
         for name, c in t.cost_items_cents.items()
         if int(c[i]) != 0
     )
@@ -292,8 +286,7 @@ def _failure(job: JobSpec, t: CandidateTable, rows: NDArray[np.int64]) -> str:
         if on_time.size == 0 and job.deadline_hours is not None:
             j = fit[np.argmin(t.quantile_hours[fit])]
             parts.append(
-                f"with {name} it fits but misses the deadline by "
-                f"{t.quantile_hours[j] - job.deadline_hours:.1f} h"
+                f"with {name} it fits but misses the deadline by {t.quantile_hours[j] - job.deadline_hours:.1f} h"
             )
             continue
         ok = on_time[t.masks["budget"][on_time]]
@@ -303,8 +296,7 @@ def _failure(job: JobSpec, t: CandidateTable, rows: NDArray[np.int64]) -> str:
             continue
         j = ok[np.argmin(t.total_cents[ok])]
         parts.append(
-            f"with {name} it is feasible at {int(t.total_cents[j]) / 100:.2f} USD, "
-            f"{float(t.expected_hours[j]):.1f} h"
+            f"with {name} it is feasible at {int(t.total_cents[j]) / 100:.2f} USD, {float(t.expected_hours[j]):.1f} h"
         )
     return "; ".join(parts)
 
@@ -333,12 +325,9 @@ def rejected_options(job: JobSpec, t: CandidateTable, chosen: list[int]) -> tupl
             why = (
                 f"fails {' and '.join(reasons)}"
                 if reasons
-                else f"costs {int(t.total_cents[fastest]) / 100:.2f} USD "
-                f"vs {int(t.total_cents[chosen[0]]) / 100:.2f}"
+                else f"costs {int(t.total_cents[fastest]) / 100:.2f} USD vs {int(t.total_cents[chosen[0]]) / 100:.2f}"
             )
-            lines.append(
-                f"fastest option {_label(t, fastest)}: {float(t.expected_hours[fastest]):.1f} h, {why}"
-            )
+            lines.append(f"fastest option {_label(t, fastest)}: {float(t.expected_hours[fastest]):.1f} h, {why}")
     return tuple(lines)
 
 
@@ -386,9 +375,7 @@ def check_plan(job: JobSpec, catalog: Catalog, p: Plan) -> list[str]:
     if job.budget_usd is not None and int(t.total_cents[i]) > math.floor(job.budget_usd * 100 + 1e-6):
         problems.append(f"cost {int(t.total_cents[i]) / 100:.2f} exceeds budget {job.budget_usd}")
     if int(t.total_cents[i]) != round(p.total_cost_usd * 100):
-        problems.append(
-            f"recomputed cost {int(t.total_cents[i]) / 100:.2f} differs from plan {p.total_cost_usd:.2f}"
-        )
+        problems.append(f"recomputed cost {int(t.total_cents[i]) / 100:.2f} differs from plan {p.total_cost_usd:.2f}")
     if round(sum(c.usd for c in p.cost_items) * 100) != round(p.total_cost_usd * 100):
         problems.append("cost items do not sum to the total")
     if p.micro_batch * p.grad_accum * p.n_gpus < job.global_batch_size:

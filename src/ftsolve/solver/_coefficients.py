@@ -72,9 +72,7 @@ EAGER_ATTENTION_BYTES_PER_SCORE = Coefficient(
     "bytes per attention score (a·s per token and layer) without FlashAttention/SDPA",
     "physics.md §3.1: fp32 softmax output for its backward plus the bf16 copy for P·V",
 )
-CUDA_CONTEXT_GIB = Coefficient(
-    0.9, "GiB per process", "physics.md §5: 0.47-0.92 GiB on A100 with PyTorch 2.1 (stas00)"
-)
+CUDA_CONTEXT_GIB = Coefficient(0.9, "GiB per process", "physics.md §5: 0.47-0.92 GiB on A100 with PyTorch 2.1 (stas00)")
 NCCL_GIB = Coefficient(
     1.5, "GiB per process when n > 1", "physics.md §5: +~1.5 GiB after the first collective (stas00)"
 )
@@ -181,9 +179,7 @@ QLORA_TIME_FACTOR = Coefficient(
 INT8_TIME_FACTOR = Coefficient(
     3.0, "x LoRA time on the same GPU", "gpu_poor src/App.js bnb int8 factor 3.0 (estimators.md §2)"
 )
-OVERLAP_ETA = Coefficient(
-    0.85, "fraction of compute time that hides communication", "physics.md §9.3: η ≈ 0.8-0.9"
-)
+OVERLAP_ETA = Coefficient(0.85, "fraction of compute time that hides communication", "physics.md §9.3: η ≈ 0.8-0.9")
 WEIGHT_STREAM_EFFICIENCY = Coefficient(
     0.8, "of nominal memory bandwidth", "assumption: typical achieved HBM/GDDR fraction for large reads"
 )
@@ -198,9 +194,7 @@ PCIE_BUS_GB_PER_S = {
     "pcie5": Coefficient(40.0, "GB/s", "physics.md §9.2: PCIe Gen5 ~40 [64]"),
     "consumer": Coefficient(10.0, "GB/s", "physics.md §9.2: GeForce without peer-to-peer ~10"),
 }
-INTER_NODE_EFFICIENCY = Coefficient(
-    0.8, "x NIC line rate as bus bandwidth", "physics.md §9.2: 100 GbE ≈ 10 GB/s"
-)
+INTER_NODE_EFFICIENCY = Coefficient(0.8, "x NIC line rate as bus bandwidth", "physics.md §9.2: 100 GbE ≈ 10 GB/s")
 DEFAULT_INTER_NODE_GBIT = Coefficient(100.0, "Gbit/s per node", "physics.md §9.2 (100 GbE), assumption")
 
 # --- start-up, checkpoints, storage -------------------------------------------------------
@@ -209,9 +203,7 @@ ENVIRONMENT_SETUP_MINUTES = Coefficient(
     "minutes per attempt",
     "assumption: image pull / pip install (prices-and-spot.md 2(c) gives only totals)",
 )
-LOAD_GB_PER_S = Coefficient(
-    1.0, "GB/s from local disk to GPU", "io.net FAQ (2026): 7B load to GPU 15-30 s unoptimized"
-)
+LOAD_GB_PER_S = Coefficient(1.0, "GB/s from local disk to GPU", "io.net FAQ (2026): 7B load to GPU 15-30 s unoptimized")
 CHECKPOINT_WRITE_GB_PER_S = Coefficient(
     1.0, "GB/s to a persistent volume", "assumption: network volume throughput; measure on the target cloud"
 )

@@ -135,13 +135,9 @@ def price_runs(
     per_hour = np.where(expected_run > 0, run_usd / np.maximum(expected_run, 1e-12), 0.0)
 
     trial_hours = trials * r.startup_h + trials * trial_fraction * (expected_run - r.startup_h)
-    fail_hours = (
-        failure_probability / (1.0 - failure_probability) * (r.startup_h + 0.5 * (expected_run - r.startup_h))
-    )
+    fail_hours = failure_probability / (1.0 - failure_probability) * (r.startup_h + 0.5 * (expected_run - r.startup_h))
     total_hours = expected_run + trial_hours + fail_hours
-    storage = (
-        r.volume_gb * r.storage_usd_per_gb_month * (total_hours + retention_days * 24.0) / k.HOURS_PER_MONTH
-    )
+    storage = r.volume_gb * r.storage_usd_per_gb_month * (total_hours + retention_days * 24.0) / k.HOURS_PER_MONTH
     items = {
         "training": _cents(spot_work * spot_rate + od_work * od_rate),
         "startup": _cents(r.startup_h * np.where(on_spot, spot_rate, od_rate)),

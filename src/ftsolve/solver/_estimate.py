@@ -49,9 +49,7 @@ class MemoryEstimate(BaseModel):
     gradient_checkpointing: bool
     components_gib: dict[str, float] = Field(description="static parts and the dynamic parts incl. margin")
     peak_gib: float
-    error_band: float = Field(
-        description="relative: the measured p90 error, wider for a bare parameter count"
-    )
+    error_band: float = Field(description="relative: the measured p90 error, wider for a bare parameter count")
     architecture_source: str
     gpu: str | None = None
     usable_gib: float | None = None

@@ -64,9 +64,7 @@ def diagnose(
     if job.budget_usd is not None and others.any():
         need = float(np.min(table.total_cents[others])) / 100
         relaxations.append(
-            Relaxation(
-                constraint="budget", change=f"budget >= {need:.2f} USD", value=need, plan_cost_usd=need
-            )
+            Relaxation(constraint="budget", change=f"budget >= {need:.2f} USD", value=need, plan_cost_usd=need)
         )
     missing_methods = tuple(m for m in METHODS if m not in job.methods)
     for method in missing_methods:
@@ -95,9 +93,7 @@ def diagnose(
     cap = job.max_gpus
     while cap < 1024 and not any(r.constraint == "max_gpus" for r in relaxations):
         cap *= 2
-        trial = rebuild(
-            job.model_copy(update={"max_gpus": cap, "max_nodes": max(job.max_nodes, -(-cap // 8))})
-        )
+        trial = rebuild(job.model_copy(update={"max_gpus": cap, "max_nodes": max(job.max_nodes, -(-cap // 8))}))
         ok = trial.feasible()
         if ok.any():
             relaxations.append(

@@ -196,9 +196,7 @@ def _pareto_per_group(ids: I, group: I, od: F, spot: F) -> I:
     return out
 
 
-def _market_rows(
-    job: JobSpec, catalog: Catalog, scope: NDArray[np.bool_], gid: I, prune: bool
-) -> tuple[I, I]:
+def _market_rows(job: JobSpec, catalog: Catalog, scope: NDArray[np.bool_], gid: I, prune: bool) -> tuple[I, I]:
     """(offer index, market) pairs to score. With `prune`, offers that cannot beat a cheaper twin
     (same GPU, node size and provider facts; only the price differs) are dropped: expected cost
     never falls when the price rises, and the cheaper twin also wins ties on catalog order."""
@@ -260,9 +258,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     r_gpu = gid[r_offer]
     r_net = arr.inter_node_gbit[r_offer]
     hw_key = (
-        np.stack([r_gpu, r_n, r_nodes, r_net.astype(np.int64)], axis=1)
-        if r_offer.size
-        else np.zeros((0, 4), np.int64)
+        np.stack([r_gpu, r_n, r_nodes, r_net.astype(np.int64)], axis=1) if r_offer.size else np.zeros((0, 4), np.int64)
     )
     hw, r_hw = np.unique(hw_key, axis=0, return_inverse=True)
     r_hw = r_hw.reshape(-1)
@@ -274,9 +270,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     cm, cq, cs, cc = CONFIGS.T
     H, T = len(hw), len(CONFIGS)
     hn = h_n[:, None]
-    structural = np.isin(cm, allowed_methods)[None, :] & (
-        ((hn == 1) & (cs == NONE)) | ((hn > 1) & (cs != NONE))
-    )
+    structural = np.isin(cm, allowed_methods)[None, :] & (((hn == 1) & (cs == NONE)) | ((hn > 1) & (cs != NONE)))
     nvidia = np.array([g.vendor == "nvidia" for g in h_gpu], dtype=bool)[:, None]
     has_peak = np.array(
         [g.tensor_tflops is not None and g.memory_bandwidth_gb_per_s is not None for g in h_gpu], dtype=bool

@@ -212,9 +212,7 @@ def memory_terms(
     shard_o = np.where(shard >= ZERO1, n, 1.0)
 
     dense = 4.0 if opts.optimizer == "adamw-fp32" else 2.0  # an fp32-loaded model keeps fp32 weights
-    weights = (
-        np.where(full, sizes.total_params * w_b, base_weight_bytes(sizes, method, quant, dense)) / shard_w
-    )
+    weights = np.where(full, sizes.total_params * w_b, base_weight_bytes(sizes, method, quant, dense)) / shard_w
     # Trainable parameters: everything (full) or the adapters, plus embedding and lm_head copies
     # when they are trained as well (PEFT modules_to_save keeps the original and a trainable copy).
     extra = sizes.embedding_params if opts.train_embeddings else 0.0
@@ -234,14 +232,11 @@ def memory_terms(
         live = np.minimum(sizes.total_params, k.DEEPSPEED_ZERO3_LIVE_ELEMENTS.value) * 2.0
         gathered = np.where(shard == ZERO3, live, 0.0)
         bucket = np.minimum(trainable, k.DEEPSPEED_BUCKET_ELEMENTS.value) * 2.0
-        buckets = np.where(
-            (shard == ZERO1) | (shard == ZERO2), 2.0 * bucket, np.where(shard == ZERO3, bucket, 0.0)
-        )
+        buckets = np.where((shard == ZERO1) | (shard == ZERO2), 2.0 * bucket, np.where(shard == ZERO3, bucket, 0.0))
     else:
         gathered = np.where(
             (shard == ZERO3) & (n > 1),
-            k.ZERO3_GATHERED_LAYERS.value * sizes.layer_params * layer_storage
-            + sizes.embedding_table_params * 2.0,
+            k.ZERO3_GATHERED_LAYERS.value * sizes.layer_params * layer_storage + sizes.embedding_table_params * 2.0,
             0.0,
         )
         buckets = np.where((shard == DDP) & (n > 1), trainable * np.where(full, g_b, ag), 0.0)
@@ -269,9 +264,7 @@ def memory_terms(
         c = c + k.EAGER_ATTENTION_BYTES_PER_SCORE.value * sizes.heads * s / h
     per_layer = c * s * h
     activations = np.where(ckpt == 1, 2.0 * s * h * layers + per_layer, per_layer * layers)
-    logit_bytes = (
-        k.CHUNKED_LOGITS_BYTES_PER_VALUE.value if opts.chunked_loss else k.LOGITS_BYTES_PER_VALUE.value
-    )
+    logit_bytes = k.CHUNKED_LOGITS_BYTES_PER_VALUE.value if opts.chunked_loss else k.LOGITS_BYTES_PER_VALUE.value
     logits = np.full_like(activations, s * sizes.vocab * logit_bytes)
 
     shape = np.broadcast(n, method, quant, shard, ckpt).shape

@@ -44,9 +44,7 @@ class TimeBreakdown(_Frozen):
     quantile_hours: float = Field(description="finish time not exceeded with the job's confidence")
     confidence: float
     checkpoint_interval_hours: float | None
-    interruptible_fraction: float = Field(
-        description="share of the training work run on interruptible capacity"
-    )
+    interruptible_fraction: float = Field(description="share of the training work run on interruptible capacity")
     interruption_rate_per_hour: float | None
 
 
@@ -82,9 +80,7 @@ class Plan(_Frozen):
     cost_items: tuple[CostItem, ...]
     total_cost_usd: float
     binding_constraints: tuple[str, ...]
-    slack: dict[str, float] = Field(
-        description="memory GiB, deadline hours, budget USD left before each limit"
-    )
+    slack: dict[str, float] = Field(description="memory GiB, deadline hours, budget USD left before each limit")
     why: str
     assumptions: tuple[str, ...]
 

@@ -50,12 +50,7 @@ def intra_node_bus_gb_per_s(gpu: GpuSpec) -> float:
         return k.NVLINK_BUS_FRACTION.value * gpu.nvlink_bandwidth_gb_per_s / 2.0
     if gpu.has_nvlink_fabric:  # AMD/Intel OAM fabrics: no per-direction figure in gpus.csv
         return k.PCIE_BUS_GB_PER_S["pcie5"].value * 4
-    if (
-        gpu.name.startswith("rtx-")
-        and "ada" not in gpu.name
-        and "a6000" not in gpu.name
-        and "pro" not in gpu.name
-    ):
+    if gpu.name.startswith("rtx-") and "ada" not in gpu.name and "a6000" not in gpu.name and "pro" not in gpu.name:
         return k.PCIE_BUS_GB_PER_S["consumer"].value
     for gen in ("pcie5", "pcie4", "pcie3"):
         if gen in gpu.interconnect:
@@ -119,9 +114,7 @@ def step_time(
     )
     # ZeRO-2/3 hook every layer in every pass (parameter fetch or gradient reduce-scatter); the
     # latency of those small collectives does not overlap well (DeepSpeed issue #1174).
-    zero_hooks = np.where(
-        (shard == ZERO2) | (shard == ZERO3), passes * sizes.layers * k.ZERO_LAYER_PASS_S.value, 0.0
-    )
+    zero_hooks = np.where((shard == ZERO2) | (shard == ZERO3), passes * sizes.layers * k.ZERO_LAYER_PASS_S.value, 0.0)
     per_mb = np.maximum(compute, stream) + launch + dequant + zero_hooks
     factor = np.select([quant == Q4, quant == Q8], [k.QLORA_TIME_FACTOR.value, k.INT8_TIME_FACTOR.value], 1.0)
     per_mb = per_mb * np.where(method == FULL, 1.0, factor)
