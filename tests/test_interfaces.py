@@ -48,6 +48,7 @@ def test_public_names_are_pinned() -> None:
         "check_plan",
         "estimate_memory",
         "estimate_time",
+        "export_plan",
         "load_catalog",
         "load_config_json",
         "plan",
@@ -211,3 +212,30 @@ def test_plan_help_fits_one_screen_and_is_grouped() -> None:
     assert code == 0 and len(out.splitlines()) <= 55
     for section in ("Job:", "Constraints:", "Output and catalog:"):
         assert section in out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--model", "llama-3.1-8b", "--tokens", "50M", "--seq-len", "2048", "--deadline", "24h"],
+        ["--model", "llama-3.1-70b", "--tokens", "100M", "--seq-len", "4096", "--methods", "full", "--max-gpus", "32"],
+        [
+            "--model",
+            "llama-3.1-8b",
+            "--tokens",
+            "50M",
+            "--seq-len",
+            "2048",
+            "--markets",
+            "on-demand",
+            "--provider",
+            "aws",
+        ],
+    ],
+)
+def test_skypilot_export_passes_skypilots_own_task_schema(args: list[str]) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schemas = pytest.importorskip("sky.utils.schemas")
+    code, out = run("export", "skypilot", *args)
+    assert code == 0, out
+    jsonschema.validate(yaml.safe_load(out), schemas.get_task_schema())

@@ -14,6 +14,7 @@ from ftsolve._errors import (
     NoFeasiblePlan,
     UnknownCatalogEntry,
 )
+from ftsolve._exports import export_plan
 from ftsolve.catalog import Catalog, GpuSpec, ModelArch, Offer, load_catalog, load_config_json
 from ftsolve.solver import (
     CostItem,
@@ -60,6 +61,7 @@ __all__ = [
     "check_plan",
     "estimate_memory",
     "estimate_time",
+    "export_plan",
     "load_catalog",
     "load_config_json",
     "plan",

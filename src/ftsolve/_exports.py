@@ -59,12 +59,13 @@ def skypilot_task(plan: Plan, job: JobSpec, catalog: Catalog) -> dict[str, Any]:
         "name": f"ftsolve-{plan.method}-{plan.gpu}",
         "num_nodes": plan.nodes,
         "resources": resources,
+        # SkyPilot's task schema takes environment values as strings.
         "envs": {
             "BASE_MODEL": _hf_repo(job, catalog),
-            "MICRO_BATCH": plan.micro_batch,
-            "GRAD_ACCUM": plan.grad_accum,
-            "SEQ_LEN": job.seq_len,
-            "CHECKPOINT_EVERY_HOURS": plan.time.checkpoint_interval_hours or 0,
+            "MICRO_BATCH": str(plan.micro_batch),
+            "GRAD_ACCUM": str(plan.grad_accum),
+            "SEQ_LEN": str(job.seq_len),
+            "CHECKPOINT_EVERY_HOURS": str(plan.time.checkpoint_interval_hours or 0),
         },
         "file_mounts": {"/checkpoints": {"name": "REPLACE-with-your-bucket", "mode": "MOUNT"}},
         "setup": "pip install 'axolotl[flash-attn,deepspeed]'  # or your training stack",
