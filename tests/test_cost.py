@@ -187,19 +187,22 @@ def test_fallback_appears_when_only_on_demand_would_meet_the_deadline() -> None:
         markets=("on-demand",),
     )
     od = ftsolve.plan(free, cat, top=1).plans[0]
-    job = free.model_copy(
-        update={
-            "deadline_hours": od.time.expected_hours * 1.3,
-            "markets": ("on-demand", "interruptible", "fallback"),
-        }
-    )
+    spot = ftsolve.plan(free.model_copy(update={"markets": ("interruptible",)}), cat, top=1).plans[0]
+    assert spot.time.quantile_hours > od.time.expected_hours * 1.1
+    # A deadline that on-demand keeps and interruptible alone just misses (at 90%).
+    deadline = spot.time.quantile_hours * 0.98
+    job = free.model_copy(update={"deadline_hours": deadline, "markets": ("on-demand", "interruptible", "fallback")})
     plans = ftsolve.plan(job, cat, top=3).plans
+    assert all(p.market != "interruptible" for p in plans)
     fb = [p for p in plans if p.market == "fallback"]
     assert fb, [p.market for p in plans]
     assert 0 < fb[0].time.interruptible_fraction < 1
     assert fb[0].total_cost_usd < od.total_cost_usd
     assert fb[0].time.quantile_hours <= job.deadline_hours
     assert ftsolve.check_plan(job, cat, fb[0]) == []
+    # With a loose deadline interruptible alone keeps it, and no fallback is offered.
+    loose = job.model_copy(update={"deadline_hours": spot.time.quantile_hours * 2})
+    assert all(p.market != "fallback" for p in ftsolve.plan(loose, cat, top=3).plans)
 
 
 @pytest.mark.parametrize("billing,expected", [("per-hour", 1.0), ("per-minute", 1 / 60), ("per-second", 0.0)])

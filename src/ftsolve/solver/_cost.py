@@ -72,7 +72,7 @@ def _cents(x: F) -> I:
     return out
 
 
-def _spot_phase(work: F, r: RunInputs, confidence: float) -> tuple[F, F, F, F]:
+def spot_phase(work: F, r: RunInputs, confidence: float) -> tuple[F, F, F, F]:
     """Interruptible phase of `work` hours: interval, mean, confidence-quantile, checkpoint writes."""
     tau, mean, var = best_interval(work, r.rate, r.ckpt_write_h, r.restart_h)
     writes = checkpoint_count(work, tau) * r.ckpt_write_h
@@ -183,7 +183,7 @@ def _time_part(
     spot_q = np.zeros(n)
     writes = np.zeros(n)
     if on_spot.any():
-        t_s, m_s, q_s, w_s = _spot_phase((f * r.work_h)[on_spot], _take(r, on_spot), confidence)
+        t_s, m_s, q_s, w_s = spot_phase((f * r.work_h)[on_spot], _take(r, on_spot), confidence)
         tau[on_spot], spot_mean[on_spot], spot_q[on_spot], writes[on_spot] = t_s, m_s, q_s, w_s
     return f, tau, spot_mean, spot_q, writes
 
@@ -222,7 +222,7 @@ def _fallback_fraction(r: RunInputs, confidence: float, deadline_hours: float | 
 def meets_subset(r: RunInputs, idx: I, j: I, confidence: float, deadline: float, reserve_h: F) -> B:
     sub = _take_idx(r, idx)
     f = j / FALLBACK_STEPS
-    _, _, q, _ = _spot_phase(sub.work_h * f, sub, confidence)
+    _, _, q, _ = spot_phase(sub.work_h * f, sub, confidence)
     finish = sub.startup_h + q + sub.restart_h + (1 - f) * sub.work_h + sub.final_save_h + reserve_h[idx]
     out: B = finish <= deadline
     return out
