@@ -13,6 +13,15 @@ from ftsolve.solver._estimate import estimate_memory, estimate_time
 from ftsolve.solver._memory import OPTIMIZERS, SHARD_NAMES, MemoryOptions
 
 
+def _target(model: str | None, config_path: Path | None, params: str | None) -> str | Path | float:
+    """The one model description given: a preset name, a config.json path or a parameter count."""
+    if sum(x is not None for x in (model, config_path, params)) != 1:
+        raise InvalidJobSpec("give exactly one of --model, --config or --params")
+    if config_path is not None:
+        return config_path
+    return float(parse_count(params, "params")) if params else str(model)
+
+
 @click.group("estimate")
 def estimate_group() -> None:
     """Estimates for one configuration: peak memory, step time and throughput."""
@@ -68,12 +77,7 @@ def estimate_memory_cmd(
     as_json: bool,
 ) -> None:
     """Peak GPU memory per GPU, by component, for one training configuration."""
-    given = [x for x in (model, config_path, params) if x is not None]
-    if len(given) != 1:
-        raise InvalidJobSpec("give exactly one of --model, --config or --params")
-    target: str | Path | float = (
-        config_path if config_path is not None else float(parse_count(params, "params")) if params else str(model)
-    )
+    target = _target(model, config_path, params)
     opts = MemoryOptions(
         optimizer=optimizer,
         adapter_dtype=adapter_dtype,
@@ -157,12 +161,7 @@ def estimate_time_cmd(
     as_json: bool,
 ) -> None:
     """Step time and tokens/s of one configuration, with the communication it exposes."""
-    given = [x for x in (model, config_path, params) if x is not None]
-    if len(given) != 1:
-        raise InvalidJobSpec("give exactly one of --model, --config or --params")
-    target: str | Path | float = (
-        config_path if config_path is not None else float(parse_count(params, "params")) if params else str(model)
-    )
+    target = _target(model, config_path, params)
     if not 0 < real_token_fraction <= 1:
         raise InvalidJobSpec(f"invalid --real-token-fraction {real_token_fraction}: must be in (0, 1]")
     est = estimate_time(

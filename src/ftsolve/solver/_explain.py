@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from itertools import combinations
 
 import numpy as np
@@ -66,82 +66,36 @@ def diagnose(
         relaxations.append(
             Relaxation(constraint="budget", change=f"budget >= {need:.2f} USD", value=need, plan_cost_usd=need)
         )
-    missing_methods = tuple(m for m in METHODS if m not in job.methods)
-    for method in missing_methods:
-        trial = rebuild(job.model_copy(update={"methods": (*job.methods, method)}))
+
+    def attempt(constraint: str, change: str, update: Mapping[str, object], value: float | None = None) -> bool:
+        """Rebuild with one requirement relaxed; record it when that yields a plan."""
+        trial = rebuild(job.model_copy(update=dict(update)))
         ok = trial.feasible()
         if ok.any():
             cost = float(np.min(trial.total_cents[ok])) / 100
-            relaxations.append(
-                Relaxation(constraint="methods", change=f"allow {method}", value=None, plan_cost_usd=cost)
-            )
-    if len(job.markets) < 2:
-        trial = rebuild(job.model_copy(update={"markets": ("on-demand", "interruptible")}))
-        ok = trial.feasible()
-        if ok.any():
-            other = "interruptible" if job.markets == ("on-demand",) else "on-demand"
-            relaxations.append(
-                Relaxation(
-                    constraint="markets",
-                    change=f"allow {other}",
-                    value=None,
-                    plan_cost_usd=float(np.min(trial.total_cents[ok])) / 100,
-                )
-            )
+            relaxations.append(Relaxation(constraint=constraint, change=change, value=value, plan_cost_usd=cost))
+        return bool(ok.any())
 
+    for method in (m for m in METHODS if m not in job.methods):
+        attempt("methods", f"allow {method}", {"methods": (*job.methods, method)})
+    if len(job.markets) < 2:
+        other = "interruptible" if job.markets == ("on-demand",) else "on-demand"
+        attempt("markets", f"allow {other}", {"markets": ("on-demand", "interruptible")})
     # More GPUs: the smallest power-of-two cap that yields a plan.
     cap = job.max_gpus
-    while cap < 1024 and not any(r.constraint == "max_gpus" for r in relaxations):
+    while cap < 1024:
         cap *= 2
-        trial = rebuild(job.model_copy(update={"max_gpus": cap, "max_nodes": max(job.max_nodes, -(-cap // 8))}))
-        ok = trial.feasible()
-        if ok.any():
-            relaxations.append(
-                Relaxation(
-                    constraint="max_gpus",
-                    change=f"max_gpus >= {cap}",
-                    value=float(cap),
-                    plan_cost_usd=float(np.min(trial.total_cents[ok])) / 100,
-                )
-            )
+        update = {"max_gpus": cap, "max_nodes": max(job.max_nodes, -(-cap // 8))}
+        if attempt("max_gpus", f"max_gpus >= {cap}", update, float(cap)):
+            break
     if job.gpu_quota:
-        trial = rebuild(job.model_copy(update={"gpu_quota": None}))
-        ok = trial.feasible()
-        if ok.any():
-            relaxations.append(
-                Relaxation(
-                    constraint="gpu_quota",
-                    change="raise or drop the GPU quotas",
-                    value=None,
-                    plan_cost_usd=float(np.min(trial.total_cents[ok])) / 100,
-                )
-            )
-    # Scope filters the user set: dropping one at a time.
+        attempt("gpu_quota", "raise or drop the GPU quotas", {"gpu_quota": None})
+    # Scope filters the user set, dropped one at a time.
     for field_name in ("providers", "regions", "countries", "gpus"):
         if getattr(job, field_name) is not None:
-            trial = rebuild(job.model_copy(update={field_name: None}))
-            ok = trial.feasible()
-            if ok.any():
-                relaxations.append(
-                    Relaxation(
-                        constraint=field_name,
-                        change=f"drop the {field_name} filter",
-                        value=None,
-                        plan_cost_usd=float(np.min(trial.total_cents[ok])) / 100,
-                    )
-                )
+            attempt(field_name, f"drop the {field_name} filter", {field_name: None})
     if job.eu_only:
-        trial = rebuild(job.model_copy(update={"eu_only": False}))
-        ok = trial.feasible()
-        if ok.any():
-            relaxations.append(
-                Relaxation(
-                    constraint="eu_only",
-                    change="allow offers outside the EU/EEA",
-                    value=None,
-                    plan_cost_usd=float(np.min(trial.total_cents[ok])) / 100,
-                )
-            )
+        attempt("eu_only", "allow offers outside the EU/EEA", {"eu_only": False})
 
     parts = [" + ".join(_NAMES[c] for c in conf) for conf in conflicts]
     summary = f"no plan meets every requirement: {'; '.join(parts) or 'constraints'} cannot all hold"

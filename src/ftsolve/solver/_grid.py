@@ -384,7 +384,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     if not keep.all():
         c_p, c_offer, c_mk, c_nodes, c_n, c_cfg = (x[keep] for x in (c_p, c_offer, c_mk, c_nodes, c_n, c_cfg))
         c_price, startup_h, runnable = c_price[keep], startup_h[keep], runnable[keep]
-        runs = RunInputs(**{name: getattr(runs, name)[keep] for name in runs.__dataclass_fields__})
+        runs = _select(runs, keep)
     costs = _price_subset(runs, runnable, job)
     # A fallback that can hand no work to interruptible capacity is on-demand under another name.
     useless = (c_mk == FALLBACK) & runnable & (costs.spot_fraction == 0)
@@ -392,7 +392,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
         keep = ~useless
         c_p, c_offer, c_mk, c_nodes, c_n, c_cfg = (x[keep] for x in (c_p, c_offer, c_mk, c_nodes, c_n, c_cfg))
         c_price, startup_h, runnable = c_price[keep], startup_h[keep], runnable[keep]
-        runs = RunInputs(**{name: getattr(runs, name)[keep] for name in runs.__dataclass_fields__})
+        runs = _select(runs, keep)
         costs = RunCosts(
             items_cents={name: v[keep] for name, v in costs.items_cents.items()},
             **{name: getattr(costs, name)[keep] for name in costs.__dataclass_fields__ if name != "items_cents"},
@@ -465,7 +465,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
 def _price_subset(runs: RunInputs, mask: B, job: JobSpec) -> RunCosts:
     """price_runs on the masked candidates; the others get no cost and an infinite finish time."""
     sub = price_runs(
-        RunInputs(**{name: getattr(runs, name)[mask] for name in runs.__dataclass_fields__}),
+        _select(runs, mask),
         job.deadline_confidence,
         job.deadline_hours,
         job.trial_runs,
@@ -506,9 +506,13 @@ def _fallback_needed(runs: RunInputs, runnable: B, job: JobSpec) -> B:
     fb = np.nonzero((runs.market == FALLBACK) & runnable)[0]
     if fb.size == 0 or job.deadline_hours is None:
         return keep
-    sub = RunInputs(**{name: getattr(runs, name)[fb] for name in runs.__dataclass_fields__})
+    sub = _select(runs, fb)
     _, _, q, _ = spot_phase(sub.work_h, sub, job.deadline_confidence)
     reserve = job.trial_runs * (sub.startup_h + job.trial_fraction * (sub.work_h + sub.final_save_h))
     spot_alone_finish = sub.startup_h + q + sub.final_save_h + reserve
     keep[fb[spot_alone_finish <= job.deadline_hours]] = False
     return keep
+
+
+def _select(runs: RunInputs, rows: B | I) -> RunInputs:
+    return RunInputs(**{name: getattr(runs, name)[rows] for name in runs.__dataclass_fields__})
