@@ -108,7 +108,8 @@ def price_runs(
     f_u, tau_u, mean_u, q_u, writes_u = _time_part(
         _take_idx(r, first), confidence, deadline_hours, trials, trial_fraction
     )
-    f, tau, spot_mean, spot_q, writes = (a[inverse] for a in (f_u, tau_u, mean_u, q_u, writes_u))
+    f_raw, tau, spot_mean, spot_q, writes = (a[inverse] for a in (f_u, tau_u, mean_u, q_u, writes_u))
+    f = np.maximum(f_raw, 0.0)
     on_spot = f > 0
     spot_work = f * r.work_h
     od_work = r.work_h - spot_work
@@ -159,32 +160,52 @@ def price_runs(
         checkpoint_interval_h=tau,
         checkpoint_hours=writes + r.final_save_h,
         rework_hours=rework,
-        spot_fraction=f,
+        spot_fraction=f_raw,
     )
+
+
+NOT_OFFERED = -1.0  # spot_fraction of a fallback candidate whose interruptible-only twin keeps the deadline
 
 
 def _time_part(
     r: RunInputs, confidence: float, deadline_hours: float | None, trials: int, trial_fraction: float
 ) -> tuple[F, F, F, F, F]:
     """(interruptible share f, interval τ, mean and quantile wall hours of the interruptible phase,
-    checkpoint-write hours) for each candidate."""
+    checkpoint-write hours) for each candidate. A fallback is offered only where interruptible
+    capacity alone misses the deadline; elsewhere its share is NOT_OFFERED."""
     n = r.work_h.shape[0]
     od, fb = r.market == OD, r.market == FALLBACK
-    # Fraction of the work done on interruptible capacity: 0 on-demand, 1 interruptible.
-    f = np.where(od, 0.0, 1.0)
-    if fb.any():
-        sub = _take(r, fb)
-        # Trials run before the final run; reserve their on-demand duration from the deadline.
-        trial_reserve = trials * (sub.startup_h + trial_fraction * (sub.work_h + sub.final_save_h))
-        f[fb] = _fallback_fraction(sub, confidence, deadline_hours, trial_reserve)
-    on_spot = f > 0
     tau = np.full(n, np.nan)
     spot_mean = np.zeros(n)  # wall hours of the interruptible phase after start-up
     spot_q = np.zeros(n)
     writes = np.zeros(n)
-    if on_spot.any():
-        t_s, m_s, q_s, w_s = spot_phase((f * r.work_h)[on_spot], _take(r, on_spot), confidence)
-        tau[on_spot], spot_mean[on_spot], spot_q[on_spot], writes[on_spot] = t_s, m_s, q_s, w_s
+    # Everything but on-demand first as if all work ran on interruptible capacity (f = 1).
+    f = np.where(od, 0.0, 1.0)
+    whole = ~od
+    if whole.any():
+        t_s, m_s, q_s, w_s = spot_phase(r.work_h[whole], _take(r, whole), confidence)
+        tau[whole], spot_mean[whole], spot_q[whole], writes[whole] = t_s, m_s, q_s, w_s
+    if fb.any():
+        idx = np.nonzero(fb)[0]
+        sub = _take(r, fb)
+        # Trials run before the final run; reserve their on-demand duration from the deadline.
+        trial_reserve = trials * (sub.startup_h + trial_fraction * (sub.work_h + sub.final_save_h))
+        alone = sub.startup_h + spot_q[idx] + sub.final_save_h + trial_reserve
+        misses = alone > deadline_hours if deadline_hours is not None else np.ones(idx.size, dtype=bool)
+        needed = idx[misses]
+        f[idx] = NOT_OFFERED
+        if needed.size:
+            part = _take_idx(r, needed)
+            f[needed] = _fallback_fraction(part, confidence, deadline_hours, trial_reserve[misses])
+            share = f[needed] > 0
+            if share.any():
+                rows = needed[share]
+                t_s, m_s, q_s, w_s = spot_phase((f * r.work_h)[rows], _take_idx(r, rows), confidence)
+                tau[rows], spot_mean[rows], spot_q[rows], writes[rows] = t_s, m_s, q_s, w_s
+            dead = needed[~share]
+            tau[dead], spot_mean[dead], spot_q[dead], writes[dead] = np.nan, 0.0, 0.0, 0.0
+        off = f == NOT_OFFERED
+        tau[off], spot_mean[off], spot_q[off], writes[off] = np.nan, 0.0, 0.0, 0.0
     return f, tau, spot_mean, spot_q, writes
 
 

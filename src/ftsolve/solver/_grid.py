@@ -21,7 +21,7 @@ from ftsolve.catalog._arrays import BILLING_CODES
 from ftsolve.catalog._load import Catalog
 from ftsolve.catalog._models import GpuSpec, ModelArch, Offer
 from ftsolve.solver import _coefficients as k
-from ftsolve.solver._cost import FALLBACK, OD, SPOT, RunCosts, RunInputs, price_runs, spot_phase
+from ftsolve.solver._cost import FALLBACK, OD, SPOT, RunCosts, RunInputs, price_runs
 from ftsolve.solver._job import EEA_COUNTRIES, MARKETS, METHODS, JobSpec
 from ftsolve.solver._memory import (
     DDP,
@@ -378,16 +378,10 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     # or are not supported are not priced, and count as meeting the deadline and the budget
     # (they are ruled out by memory or compatibility, which the diagnosis reports).
     runnable = compat[hi[c_p], ti[c_p]] & fits[c_p]
-    # The spot-then-on-demand fallback is offered only where interruptible capacity alone cannot
-    # keep the deadline; elsewhere interruptible-only or on-demand-only is the better plan.
-    keep = _fallback_needed(runs, runnable, job)
-    if not keep.all():
-        c_p, c_offer, c_mk, c_nodes, c_n, c_cfg = (x[keep] for x in (c_p, c_offer, c_mk, c_nodes, c_n, c_cfg))
-        c_price, startup_h, runnable = c_price[keep], startup_h[keep], runnable[keep]
-        runs = _select(runs, keep)
     costs = _price_subset(runs, runnable, job)
-    # A fallback that can hand no work to interruptible capacity is on-demand under another name.
-    useless = (c_mk == FALLBACK) & runnable & (costs.spot_fraction == 0)
+    # The spot-then-on-demand fallback is offered only where interruptible capacity alone misses
+    # the deadline (NOT_OFFERED) and some work can still go to it (a zero share is on-demand).
+    useless = (c_mk == FALLBACK) & runnable & (costs.spot_fraction <= 0)
     if useless.any():
         keep = ~useless
         c_p, c_offer, c_mk, c_nodes, c_n, c_cfg = (x[keep] for x in (c_p, c_offer, c_mk, c_nodes, c_n, c_cfg))
@@ -498,20 +492,6 @@ def _quota_mask(job: JobSpec, provider: NDArray[np.str_], n_gpus: I) -> B:
     for name, limit in (job.gpu_quota or {}).items():
         ok &= (provider != name.lower()) | (n_gpus <= limit)
     return ok
-
-
-def _fallback_needed(runs: RunInputs, runnable: B, job: JobSpec) -> B:
-    """False for fallback candidates whose interruptible-only twin already meets the deadline."""
-    keep = np.ones(runs.market.shape[0], dtype=bool)
-    fb = np.nonzero((runs.market == FALLBACK) & runnable)[0]
-    if fb.size == 0 or job.deadline_hours is None:
-        return keep
-    sub = _select(runs, fb)
-    _, _, q, _ = spot_phase(sub.work_h, sub, job.deadline_confidence)
-    reserve = job.trial_runs * (sub.startup_h + job.trial_fraction * (sub.work_h + sub.final_save_h))
-    spot_alone_finish = sub.startup_h + q + sub.final_save_h + reserve
-    keep[fb[spot_alone_finish <= job.deadline_hours]] = False
-    return keep
 
 
 def _select(runs: RunInputs, rows: B | I) -> RunInputs:
