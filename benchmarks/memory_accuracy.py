@@ -34,6 +34,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal, cast
 
 import numpy as np
 
@@ -41,6 +42,9 @@ from ftsolve.catalog import ModelArch, arch_from_config, load_catalog
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import estimate_memory
 from ftsolve.solver._memory import MemoryOptions
+
+Method = Literal["full", "lora", "qlora"]
+WeightPrecision = Literal["auto", "16-bit", "int8", "nf4"]
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = ROOT.parent / "shared" / "data" / "measured.csv"
@@ -233,13 +237,13 @@ def predict(case: Case) -> tuple[float, float]:
     """(predicted allocated peak in GiB, planning peak with context and margin in GiB)."""
     est = estimate_memory(
         case.arch,
-        method=case.method,
+        method=cast("Method", case.method),
         seq_len=case.seq_len,
         micro_batch=case.micro_batch,
         n_gpus=case.n_gpus,
         sharding=case.sharding,
         gradient_checkpointing=case.ckpt,
-        weight_precision=case.precision,  # type: ignore[arg-type]
+        weight_precision=cast("WeightPrecision", case.precision),
         lora_rank=case.lora_rank,
         options=case.opts,
     )
@@ -316,15 +320,15 @@ def _pieces(case: Case) -> tuple[float, float, float, float]:
         k.FRAMEWORK_RUNTIME_GIB = {f: replace(c, value=0.0) for f, c in saved[3].items()}
         est = estimate_memory(
             case.arch,
-            method=case.method,
+            method=cast("Method", case.method),
             seq_len=case.seq_len,
-            micro_batch=case.micro_batch,  # type: ignore[arg-type]
+            micro_batch=case.micro_batch,
             n_gpus=case.n_gpus,
             sharding=case.sharding,
             gradient_checkpointing=case.ckpt,
-            weight_precision=case.precision,
+            weight_precision=cast("WeightPrecision", case.precision),
             lora_rank=case.lora_rank,
-            options=case.opts,  # type: ignore[arg-type]
+            options=case.opts,
         )
     finally:
         k.ACTIVATION_SCALE, k.LOGITS_BYTES_PER_VALUE, k.DEQUANT_LAYERS, k.FRAMEWORK_RUNTIME_GIB = saved

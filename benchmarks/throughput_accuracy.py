@@ -26,7 +26,9 @@ import csv
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
+from typing import Literal, cast
 
 import numpy as np
 from memory_accuracy import DEFAULT_CSV, _archs
@@ -35,6 +37,8 @@ from ftsolve.catalog import ModelArch
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import estimate_time
 from ftsolve.solver._memory import MemoryOptions
+
+Method = Literal["full", "lora", "qlora"]
 
 
 @dataclass(frozen=True)
@@ -122,9 +126,9 @@ def predict(c: Case) -> float:
     est = estimate_time(
         c.arch,
         c.gpu,
-        method=c.method,
+        method=cast("Method", c.method),
         seq_len=c.seq_len,
-        micro_batch=c.micro_batch,  # type: ignore[arg-type]
+        micro_batch=c.micro_batch,
         grad_accum=c.grad_accum,
         n_gpus=c.n_gpus,
         nodes=c.nodes,
@@ -195,8 +199,12 @@ def _features(c: Case) -> tuple[list[float], float, float]:
     dequant seconds per byte/param], fixed seconds (exposed communication + optimizer), measured step)."""
     saved = (k.PER_LAYER_PASS_S, k.DEQUANT_BYTES_PER_PARAM, k.QLORA_TIME_FACTOR, k.ZERO_LAYER_PASS_S)
     opts = MemoryOptions(framework="deepspeed" if c.sharding != "none" and c.source.startswith("qwen") else "hf")
-    kwargs = dict(
-        method=c.method,
+    run = partial(
+        estimate_time,
+        c.arch,
+        c.gpu,
+        utilization=1.0,
+        method=cast("Method", c.method),
         seq_len=c.seq_len,
         micro_batch=c.micro_batch,
         grad_accum=c.grad_accum,
@@ -213,15 +221,15 @@ def _features(c: Case) -> tuple[list[float], float, float]:
         k.DEQUANT_BYTES_PER_PARAM = replace(k.DEQUANT_BYTES_PER_PARAM, value=0.0)
         k.QLORA_TIME_FACTOR = replace(k.QLORA_TIME_FACTOR, value=1.0)
         k.ZERO_LAYER_PASS_S = replace(k.ZERO_LAYER_PASS_S, value=0.0)
-        base = estimate_time(c.arch, c.gpu, utilization=1.0, **kwargs)  # type: ignore[arg-type]
+        base = run()
         k.PER_LAYER_PASS_S = replace(k.PER_LAYER_PASS_S, value=1.0)
-        with_launch = estimate_time(c.arch, c.gpu, utilization=1.0, **kwargs)  # type: ignore[arg-type]
+        with_launch = run()
         k.PER_LAYER_PASS_S = replace(k.PER_LAYER_PASS_S, value=0.0)
         k.DEQUANT_BYTES_PER_PARAM = replace(k.DEQUANT_BYTES_PER_PARAM, value=1.0)
-        with_dq = estimate_time(c.arch, c.gpu, utilization=1.0, **kwargs)  # type: ignore[arg-type]
+        with_dq = run()
         k.DEQUANT_BYTES_PER_PARAM = replace(k.DEQUANT_BYTES_PER_PARAM, value=0.0)
         k.ZERO_LAYER_PASS_S = replace(k.ZERO_LAYER_PASS_S, value=1.0)
-        with_zero = estimate_time(c.arch, c.gpu, utilization=1.0, **kwargs)  # type: ignore[arg-type]
+        with_zero = run()
     finally:
         k.PER_LAYER_PASS_S, k.DEQUANT_BYTES_PER_PARAM, k.QLORA_TIME_FACTOR, k.ZERO_LAYER_PASS_S = saved
     hopper = c.gpu.startswith("h100")
