@@ -19,7 +19,8 @@ How rows are read (each choice is the source's own documentation, see MEASURED.m
 - Qwen README and ms-swift: HF Trainer + PEFT (metric unstated); Qwen prints "G", read as GB
   (see _gib), ms-swift GiB; ms-swift reports reserved memory (`max_memory_reserved`). Full fine-tuning
   in Qwen's finetune_ds.sh runs DeepSpeed ZeRO-3 mixed precision (16 B/param); ms-swift's full runs
-  are compared as pure bf16 (its sft default dtype is bf16 with torch AdamW).
+  are compared as pure bf16 (its sft default dtype is bf16 with torch AdamW). ms-swift files its
+  int8 GPTQ runs under "qlora"; they are compared as 8-bit base LoRA.
 - Rows marked "estimate", rows whose notes call them suspect, multi-GPU rows whose parallelism is
   not stated, and rows without sequence length or micro-batch are not evaluated.
 """
@@ -211,7 +212,10 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         # to lora_dropout 0.05; none of the rows states another value.
         lora_dropout=0.05 if method != "full" else 0.0,
     )
-    precision = "nf4" if method == "qlora" else "int8" if "int8" in row["weight_precision"] else "16-bit"
+    precision = "int8" if "int8" in row["weight_precision"] else "nf4" if method == "qlora" else "16-bit"
+    if precision == "int8":
+        # ms-swift files int8 GPTQ bases under "qlora"; ftsolve calls that 8-bit base LoRA.
+        method = "lora"
     return Case(
         id=int(row["id"]),
         source=src,

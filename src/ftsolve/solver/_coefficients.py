@@ -21,7 +21,8 @@ class Coefficient:
 GIB = 2**30
 _FITTED = (
     "least squares on the 105 even-id evaluable rows of ../shared/data/measured.csv (LitGPT resource "
-    "tables and config hub, Qwen README, ms-swift); benchmarks/memory_accuracy.py --fit, 2026-11-29"
+    "tables and config hub, Qwen README, ms-swift; ms-swift's int8 GPTQ rows read as 8-bit base LoRA); "
+    "benchmarks/memory_accuracy.py --fit, 2026-11-29"
 )
 
 # --- memory -------------------------------------------------------------------------------
@@ -44,20 +45,20 @@ ACTIVATION_SCALE = Coefficient(
     _FITTED,
 )
 LOGITS_BYTES_PER_VALUE = Coefficient(
-    7.62,
+    8.40,
     "bytes per logit value (s·b·V)",
     "physics.md §3.3: bf16 logits + fp32 upcast + fp32 softmax for backward, 6..10 bytes",
     _FITTED,
 )
 DEQUANT_LAYERS = Coefficient(
-    4.5,
+    3.96,
     "decoder layers of bf16 weights held as dequantization workspace (NF4/int8 bases)",
     "physics.md §7: every NF4/int8 linear is dequantized to bf16 in forward and backward, "
     "layer by layer; the buffers and allocator caching of those copies",
     _FITTED,
 )
 RESERVED_FRAGMENTATION = Coefficient(
-    1.8,
+    1.4,
     "x the dynamic part (activations and logits) added when a tool reports reserved memory",
     "physics.md §5: reserved - allocated, worse with variable sequence lengths",
     _FITTED + " (only the ms-swift rows report reserved memory: variable-length data, 3234 +/- 2548 tokens)",
@@ -97,13 +98,13 @@ LORA_STATE_BYTES_PER_PARAM = Coefficient(
 # fp32 gradient copy in full fine-tuning: 18 B/param, DeepSpeed's own estimator (physics.md §2.1).
 FRAMEWORK_RUNTIME_GIB: dict[str, Coefficient] = {
     "hf": Coefficient(
-        1.70,
+        1.69,
         "GiB",
         "HF Trainer/PEFT/accelerate runtime buffers",
         "least squares on the even-id Qwen README rows of measured.csv",
     ),
     "deepspeed": Coefficient(
-        0.89,
+        0.80,
         "GiB",
         "as hf; the DeepSpeed buckets are modelled apart",
         "least squares on the even-id Qwen README rows of measured.csv",
