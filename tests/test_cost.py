@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from numpy.typing import NDArray
 
 import ftsolve
 from ftsolve import JobSpec, Offer
@@ -55,7 +56,9 @@ def test_higher_preemption_rate_never_lowers_expected_cost(work: float, a: float
 
 @given(works, rates, deltas, restarts)
 def test_chosen_interval_is_the_minimum_within_a_grid_step(work: float, lam: float, d: float, r: float) -> None:
-    a = lambda x: np.array([x])  # noqa: E731
+    def a(x: float) -> NDArray[np.float64]:
+        return np.array([x])
+
     tau, mean, _ = best_interval(a(work), a(lam), a(d), a(r))
     fine = np.geomspace(1.0 / 120.0, work, 2000)
     fine_mean = run_time_mean(
@@ -203,7 +206,7 @@ def test_fallback_appears_when_only_on_demand_would_meet_the_deadline() -> None:
     assert fb, [p.market for p in plans]
     assert 0 < fb[0].time.interruptible_fraction < 1
     assert fb[0].total_cost_usd < od.total_cost_usd
-    assert fb[0].time.quantile_hours <= job.deadline_hours
+    assert job.deadline_hours is not None and fb[0].time.quantile_hours <= job.deadline_hours
     assert ftsolve.check_plan(job, cat, fb[0]) == []
     # With a loose deadline interruptible alone keeps it, and no fallback is offered.
     loose = job.model_copy(update={"deadline_hours": spot.time.quantile_hours * 2})

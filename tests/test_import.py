@@ -124,7 +124,9 @@ def test_failed_import_names_file_row_field_and_leaves_catalog_intact(
     assert [p.name for p in home.iterdir()] == ["offers.csv"]
 
 
-def test_a_crash_while_writing_leaves_the_old_catalog(home: Path, tmp_path: Path, monkeypatch) -> None:
+def test_a_crash_while_writing_leaves_the_old_catalog(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert run("catalog", "import", str(_own_csv(tmp_path, "acme,t,a,h100-sxm,8,1.0,,eu,2026-11-01,s\n")))[0] == 0
     before = user_catalog_path().read_bytes()
 

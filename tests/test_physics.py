@@ -17,6 +17,7 @@ from ftsolve.solver._memory import (
     QLORA,
     ZERO3,
     MemoryOptions,
+    MemoryTerms,
     ModelSizes,
     memory_terms,
 )
@@ -62,7 +63,9 @@ def test_lora_parameters_r16_all_linear() -> None:
     assert L70.lora_params(16, "all-linear") == 2_588_672 * 80
 
 
-def _terms(arch: ftsolve.ModelArch, method: int, quant: int, shard: int, ckpt: int, n: int, opt: str = "adamw"):
+def _terms(
+    arch: ftsolve.ModelArch, method: int, quant: int, shard: int, ckpt: int, n: int, opt: str = "adamw"
+) -> MemoryTerms:
     sizes = ModelSizes.of(arch, 16, "all-linear")
     return memory_terms(sizes, MemoryOptions(optimizer=opt), 2048, _a(method), _a(quant), _a(shard), _a(ckpt), _a(n))
 

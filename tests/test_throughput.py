@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
 from click.testing import CliRunner
@@ -13,15 +14,13 @@ from ftsolve.cli import cli
 
 
 def test_zero3_over_pcie_or_slow_links_is_slower_per_gpu_than_nvlink() -> None:
-    kw = dict(method="full", seq_len=2048, micro_batch=1, n_gpus=8, sharding="zero3")
-    nvlink = estimate_time("llama-3.1-8b", "a100-sxm-80gb", **kw)  # type: ignore[arg-type]
-    pcie = estimate_time("llama-3.1-8b", "a100-pcie-80gb", **kw)  # type: ignore[arg-type]
+    kw = partial(estimate_time, "llama-3.1-8b", method="full", seq_len=2048, micro_batch=1, sharding="zero3")
+    nvlink = kw("a100-sxm-80gb", n_gpus=8)
+    pcie = kw("a100-pcie-80gb", n_gpus=8)
     # Same 312 TFLOP/s tensor peak; only the interconnect differs.
     assert pcie.tokens_per_s_per_gpu < nvlink.tokens_per_s_per_gpu
     assert pcie.exposed_communication_s > nvlink.exposed_communication_s
-    two_nodes = estimate_time(
-        "llama-3.1-8b", "a100-sxm-80gb", nodes=2, inter_node_gbit_per_s=100, **{**kw, "n_gpus": 16}
-    )  # type: ignore[arg-type]
+    two_nodes = kw("a100-sxm-80gb", n_gpus=16, nodes=2, inter_node_gbit_per_s=100)
     assert two_nodes.tokens_per_s_per_gpu < nvlink.tokens_per_s_per_gpu
     assert two_nodes.scaling_efficiency < nvlink.scaling_efficiency
 
