@@ -211,6 +211,15 @@ def test_fallback_appears_when_only_on_demand_would_meet_the_deadline() -> None:
     # With a loose deadline interruptible alone keeps it, and no fallback is offered.
     loose = job.model_copy(update={"deadline_hours": spot.time.quantile_hours * 2})
     assert all(p.market != "fallback" for p in ftsolve.plan(loose, cat, top=3).plans)
+    # Unless the user rules plain interruptible capacity out: then the fallback stands alone,
+    # all work planned on interruptible capacity and on-demand kept in reserve.
+    for deadline_hours in (spot.time.quantile_hours * 2, None):
+        alone = loose.model_copy(update={"markets": ("fallback",), "deadline_hours": deadline_hours})
+        fb_plans = ftsolve.plan(alone, cat, top=3).plans
+        assert fb_plans and all(p.market == "fallback" for p in fb_plans)
+        assert fb_plans[0].time.interruptible_fraction == 1
+        assert fb_plans[0].total_cost_usd == spot.total_cost_usd
+        assert ftsolve.check_plan(alone, cat, fb_plans[0]) == []
 
 
 @pytest.mark.parametrize("billing,expected", [("per-hour", 1.0), ("per-minute", 1 / 60), ("per-second", 0.0)])

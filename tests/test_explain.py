@@ -52,6 +52,18 @@ def test_more_budget_later_deadline_or_extra_offer_never_raise_the_best_cost(
     assert bigger is not None and bigger <= base
 
 
+@given(jobs(), offer_lists())
+def test_allowing_more_markets_never_raises_the_best_cost(job: JobSpec, offers: tuple[Offer, ...]) -> None:
+    # A fallback standing alone plans all work on interruptible capacity where that keeps the
+    # deadline; once interruptible is allowed the same run is offered under that name instead.
+    cat = catalog_of(offers)
+    base = _best(job, cat)
+    if base is None:
+        return
+    every = _best(job.model_copy(update={"markets": ("on-demand", "interruptible", "fallback")}), cat)
+    assert every is not None and every <= base
+
+
 @given(jobs(), offer_lists(), st.sampled_from([2, 3, 10]))
 def test_scaling_all_prices_keeps_the_plan(job: JobSpec, offers: tuple[Offer, ...], k: int) -> None:
     # Storage priced on the offer so that every price scales together; no egress (unknown providers).

@@ -87,8 +87,13 @@ def price_runs(
     trial_fraction: float,
     failure_probability: float,
     retention_days: float,
+    standalone_fallback: bool = False,
 ) -> RunCosts:
-    """Cost items (integer cents), expected and quantile finish hours for each candidate."""
+    """Cost items (integer cents), expected and quantile finish hours for each candidate.
+
+    standalone_fallback: the user allows the fallback but not plain interruptible capacity, so a
+    fallback is priced even where interruptible capacity alone would keep the deadline.
+    """
     n = r.work_h.shape[0]
     # Time depends on a handful of columns that many candidates share (the same hardware and
     # configuration at many prices): compute it once per distinct combination.
@@ -106,7 +111,7 @@ def price_runs(
     )
     first, inverse = unique_rows(time_cols)
     f_u, tau_u, mean_u, q_u, writes_u = _time_part(
-        _take_idx(r, first), confidence, deadline_hours, trials, trial_fraction
+        _take_idx(r, first), confidence, deadline_hours, trials, trial_fraction, standalone_fallback
     )
     f_raw, tau, spot_mean, spot_q, writes = (a[inverse] for a in (f_u, tau_u, mean_u, q_u, writes_u))
     f = np.maximum(f_raw, 0.0)
@@ -168,11 +173,17 @@ NOT_OFFERED = -1.0  # spot_fraction of a fallback candidate whose interruptible-
 
 
 def _time_part(
-    r: RunInputs, confidence: float, deadline_hours: float | None, trials: int, trial_fraction: float
+    r: RunInputs,
+    confidence: float,
+    deadline_hours: float | None,
+    trials: int,
+    trial_fraction: float,
+    standalone_fallback: bool,
 ) -> tuple[F, F, F, F, F]:
     """(interruptible share f, interval τ, mean and quantile wall hours of the interruptible phase,
     checkpoint-write hours) for each candidate. A fallback is offered only where interruptible
-    capacity alone misses the deadline; elsewhere its share is NOT_OFFERED."""
+    capacity alone misses the deadline; elsewhere its share is NOT_OFFERED, or, for a standalone
+    fallback, 1 (the switch to on-demand is never planned, only kept in reserve)."""
     n = r.work_h.shape[0]
     od, fb = r.market == OD, r.market == FALLBACK
     tau = np.full(n, np.nan)
@@ -191,9 +202,9 @@ def _time_part(
         # Trials run before the final run; reserve their on-demand duration from the deadline.
         trial_reserve = trials * (sub.startup_h + trial_fraction * (sub.work_h + sub.final_save_h))
         alone = sub.startup_h + spot_q[idx] + sub.final_save_h + trial_reserve
-        misses = alone > deadline_hours if deadline_hours is not None else np.ones(idx.size, dtype=bool)
+        misses = alone > deadline_hours if deadline_hours is not None else np.zeros(idx.size, dtype=bool)
         needed = idx[misses]
-        f[idx] = NOT_OFFERED
+        f[idx] = 1.0 if standalone_fallback else NOT_OFFERED
         if needed.size:
             part = _take_idx(r, needed)
             f[needed] = _fallback_fraction(part, confidence, deadline_hours, trial_reserve[misses])

@@ -203,7 +203,9 @@ def _market_rows(job: JobSpec, catalog: Catalog, scope: NDArray[np.bool_], gid: 
     arr = catalog.arrays
     offer_ids, market_ids = [], []
     for mk, name in enumerate(MARKETS):
-        if name not in job.markets or (mk == FALLBACK and job.deadline_hours is None):
+        if name not in job.markets:
+            continue
+        if mk == FALLBACK and job.deadline_hours is None and "interruptible" in job.markets:
             continue  # without a deadline, interruptible alone is the cheaper way to use slack
         od_ok, spot_ok = ~np.isnan(arr.on_demand), ~np.isnan(arr.interruptible)
         valid = scope & (od_ok if mk == OD else spot_ok if mk == SPOT else od_ok & spot_ok)
@@ -466,6 +468,7 @@ def _price_subset(runs: RunInputs, mask: B, job: JobSpec) -> RunCosts:
         job.trial_fraction,
         job.failure_probability,
         job.retention_days,
+        standalone_fallback="interruptible" not in job.markets,
     )
     n = mask.shape[0]
 
