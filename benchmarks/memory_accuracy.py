@@ -41,7 +41,7 @@ import numpy as np
 
 from ftsolve.catalog import ModelArch, arch_from_config, load_catalog
 from ftsolve.solver import _coefficients as k
-from ftsolve.solver._estimate import estimate_memory
+from ftsolve.solver._estimate import MemoryEstimate, estimate_memory
 from ftsolve.solver._memory import MemoryOptions
 
 Method = Literal["full", "lora", "qlora"]
@@ -237,9 +237,8 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
     ), ""
 
 
-def predict(case: Case) -> tuple[float, float]:
-    """(predicted allocated peak in GiB, planning peak with context and margin in GiB)."""
-    est = estimate_memory(
+def _estimate(case: Case) -> MemoryEstimate:
+    return estimate_memory(
         case.arch,
         method=cast("Method", case.method),
         seq_len=case.seq_len,
@@ -251,6 +250,11 @@ def predict(case: Case) -> tuple[float, float]:
         lora_rank=case.lora_rank,
         options=case.opts,
     )
+
+
+def predict(case: Case) -> tuple[float, float]:
+    """(predicted allocated peak in GiB, planning peak with context and margin in GiB)."""
+    est = _estimate(case)
     c = est.components_gib
     margin = 1.0 + k.DYNAMIC_MARGIN.value
     dynamic = (c["activations"] + c["logits"]) / margin
@@ -322,18 +326,7 @@ def _pieces(case: Case) -> tuple[float, float, float, float]:
         k.LOGITS_BYTES_PER_VALUE = replace(k.LOGITS_BYTES_PER_VALUE, value=1.0)
         k.DEQUANT_LAYERS = replace(k.DEQUANT_LAYERS, value=1.0)
         k.FRAMEWORK_RUNTIME_GIB = {f: replace(c, value=0.0) for f, c in saved[3].items()}
-        est = estimate_memory(
-            case.arch,
-            method=cast("Method", case.method),
-            seq_len=case.seq_len,
-            micro_batch=case.micro_batch,
-            n_gpus=case.n_gpus,
-            sharding=case.sharding,
-            gradient_checkpointing=case.ckpt,
-            weight_precision=cast("WeightPrecision", case.precision),
-            lora_rank=case.lora_rank,
-            options=case.opts,
-        )
+        est = _estimate(case)
     finally:
         k.ACTIVATION_SCALE, k.LOGITS_BYTES_PER_VALUE, k.DEQUANT_LAYERS, k.FRAMEWORK_RUNTIME_GIB = saved
     c = est.components_gib

@@ -35,7 +35,7 @@ from memory_accuracy import DEFAULT_CSV, _archs
 
 from ftsolve.catalog import ModelArch
 from ftsolve.solver import _coefficients as k
-from ftsolve.solver._estimate import estimate_time
+from ftsolve.solver._estimate import TimeEstimate, estimate_time
 from ftsolve.solver._memory import MemoryOptions
 
 Method = Literal["full", "lora", "qlora"]
@@ -121,9 +121,11 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
     ), ""
 
 
-def predict(c: Case) -> float:
+def _estimator(c: Case) -> partial[TimeEstimate]:
+    """estimate_time with the row's configuration filled in (the Qwen ZeRO runs use DeepSpeed)."""
     opts = MemoryOptions(framework="deepspeed" if c.sharding != "none" and c.source.startswith("qwen") else "hf")
-    est = estimate_time(
+    return partial(
+        estimate_time,
         c.arch,
         c.gpu,
         method=cast("Method", c.method),
@@ -138,7 +140,10 @@ def predict(c: Case) -> float:
         options=opts,
         inter_node_gbit_per_s=c.inter_node_gbit,
     )
-    return est.tokens_per_s_per_gpu
+
+
+def predict(c: Case) -> float:
+    return _estimator(c)().tokens_per_s_per_gpu
 
 
 def _stats(errors: list[float]) -> str:
@@ -198,24 +203,7 @@ def _features(c: Case) -> tuple[list[float], float, float]:
     """Linear features of the step time: ([compute at u=1 on Ampere, on Hopper, layer passes,
     dequant seconds per byte/param], fixed seconds (exposed communication + optimizer), measured step)."""
     saved = (k.PER_LAYER_PASS_S, k.DEQUANT_BYTES_PER_PARAM, k.QLORA_TIME_FACTOR, k.ZERO_LAYER_PASS_S)
-    opts = MemoryOptions(framework="deepspeed" if c.sharding != "none" and c.source.startswith("qwen") else "hf")
-    run = partial(
-        estimate_time,
-        c.arch,
-        c.gpu,
-        utilization=1.0,
-        method=cast("Method", c.method),
-        seq_len=c.seq_len,
-        micro_batch=c.micro_batch,
-        grad_accum=c.grad_accum,
-        n_gpus=c.n_gpus,
-        nodes=c.nodes,
-        sharding=c.sharding,
-        gradient_checkpointing=c.ckpt,
-        lora_rank=64,
-        options=opts,
-        inter_node_gbit_per_s=c.inter_node_gbit,
-    )
+    run = partial(_estimator(c), utilization=1.0)
     try:
         k.PER_LAYER_PASS_S = replace(k.PER_LAYER_PASS_S, value=0.0)
         k.DEQUANT_BYTES_PER_PARAM = replace(k.DEQUANT_BYTES_PER_PARAM, value=0.0)
