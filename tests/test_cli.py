@@ -55,7 +55,7 @@ def test_engines_print_the_same_plans() -> None:
 
 
 def test_infeasible_budget_exits_1_with_the_reason_and_no_traceback() -> None:
-    result = CliRunner().invoke(cli, [*README_JOB[:-1], "1"])
+    result = CliRunner().invoke(cli, [*README_JOB[:-1], "0.05"])
     assert result.exit_code == 1
     assert "budget" in result.output
     assert "budget >=" in result.output

@@ -132,7 +132,7 @@ _THROUGHPUT_FIT = (
 # Hardware utilization u on real tokens by GPU architecture (physics.md §8, recommended defaults).
 UTILIZATION_BY_ARCH: dict[str, Coefficient] = {
     "Hopper": Coefficient(
-        0.48, "of dense 16-bit peak", "physics.md §8: 0.38-0.46 MFU reported for H100", _THROUGHPUT_FIT
+        0.50, "of dense 16-bit peak", "physics.md §8: 0.38-0.46 MFU reported for H100", _THROUGHPUT_FIT
     ),
     "Blackwell": Coefficient(
         0.35,
@@ -140,7 +140,7 @@ UTILIZATION_BY_ARCH: dict[str, Coefficient] = {
         "assumption: below Hopper until measured (new kernels; physics.md §8 has no data)",
     ),
     "Ampere": Coefficient(
-        0.58,
+        0.59,
         "of dense 16-bit peak",
         "physics.md §8: 0.44-0.58 on A100 (EleutherAI, fms-fsdp)",
         _THROUGHPUT_FIT,
