@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from model_configs import LLAMA_31_8B
 
 import ftsolve
 from ftsolve import InvalidJobSpec, MemoryOptions, estimate_memory
@@ -47,20 +48,7 @@ def test_memory_grows_with_the_things_that_should_grow_it() -> None:
 
 def test_config_json_and_param_count_inputs(tmp_path: Path) -> None:
     cfg = tmp_path / "config.json"
-    cfg.write_text(
-        json.dumps(
-            {
-                "model_type": "llama",
-                "hidden_size": 4096,
-                "num_hidden_layers": 32,
-                "num_attention_heads": 32,
-                "num_key_value_heads": 8,
-                "intermediate_size": 14336,
-                "vocab_size": 128256,
-                "tie_word_embeddings": False,
-            }
-        )
-    )
+    cfg.write_text(json.dumps(LLAMA_31_8B))
     from_file = estimate_memory(cfg, method="lora")
     assert from_file.peak_gib == pytest.approx(estimate_memory("llama-3.1-8b", method="lora").peak_gib)
     guessed = estimate_memory(8e9, method="lora")

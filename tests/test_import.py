@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from model_configs import LLAMA_31_8B
 
 import ftsolve
 from ftsolve import CatalogError
@@ -256,17 +257,7 @@ def test_bad_config_json_gets_one_line(tmp_path: Path, cfg: dict[str, object], m
 
 def test_config_json_matches_presets() -> None:
     cat = ftsolve.load_catalog()
-    llama = {
-        "model_type": "llama",
-        "hidden_size": 4096,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "intermediate_size": 14336,
-        "vocab_size": 128256,
-        "tie_word_embeddings": False,
-    }
-    assert arch_from_config(llama, "x").total_params() == cat.model("llama-3.1-8b").total_params()
+    assert arch_from_config(LLAMA_31_8B, "x").total_params() == cat.model("llama-3.1-8b").total_params()
     qwen = {
         "model_type": "qwen2",
         "hidden_size": 3584,
