@@ -213,9 +213,8 @@ def _time_part(
                 rows = needed[share]
                 t_s, m_s, q_s, w_s = spot_phase((f * r.work_h)[rows], _take_idx(r, rows), confidence)
                 tau[rows], spot_mean[rows], spot_q[rows], writes[rows] = t_s, m_s, q_s, w_s
-            dead = needed[~share]
-            tau[dead], spot_mean[dead], spot_q[dead], writes[dead] = np.nan, 0.0, 0.0, 0.0
-        off = f == NOT_OFFERED
+        # No interruptible phase: all on-demand (share 0) or not offered.
+        off = fb & (f <= 0)
         tau[off], spot_mean[off], spot_q[off], writes[off] = np.nan, 0.0, 0.0, 0.0
     return f, tau, spot_mean, spot_q, writes
 
