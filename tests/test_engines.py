@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from strategies import catalog_of, jobs, offer_lists
 
 import ftsolve
 from ftsolve import Catalog, JobSpec, NoFeasiblePlan, Offer
+from ftsolve.solver import _grid
+from ftsolve.solver._grid import build_candidates
 
 
 def _run(job: JobSpec, catalog: Catalog, engine: str) -> ftsolve.PlanSet | None:
@@ -97,3 +100,37 @@ def test_tiny_budget_is_infeasible_and_names_the_budget() -> None:
     assert any("budget" in c for c in inf.conflicts)
     budget = next(r for r in inf.relaxations if r.constraint == "budget")
     assert budget.value is not None and budget.value > 0.01
+
+
+def _assert_pricing_shortcut_matches_sorting(job: JobSpec, catalog: Catalog) -> None:
+    # build_candidates tells the pricing which candidates share their time inputs; pricing
+    # without that hint finds the shared inputs by sorting them, and must price the same.
+    with_hint = build_candidates(job, catalog)
+    original = _grid._same_time_as
+    try:
+        _grid._same_time_as = lambda *args: None  # type: ignore[assignment]
+        without = build_candidates(job, catalog)
+    finally:
+        _grid._same_time_as = original
+    assert np.array_equal(with_hint.total_cents, without.total_cents)
+    assert np.array_equal(with_hint.quantile_hours, without.quantile_hours)
+    assert np.array_equal(with_hint.tau_hours, without.tau_hours, equal_nan=True)
+    assert np.array_equal(with_hint.spot_fraction, without.spot_fraction)
+
+
+@given(jobs(), offer_lists())
+def test_pricing_shortcut_matches_sorting_the_time_inputs(job: JobSpec, offers: tuple[Offer, ...]) -> None:
+    _assert_pricing_shortcut_matches_sorting(job, catalog_of(offers))
+
+
+@pytest.mark.parametrize("deadline_hours", [None, 9.0, 30.0])
+def test_pricing_shortcut_matches_sorting_on_the_bundled_catalog(deadline_hours: float | None) -> None:
+    job = JobSpec(
+        model="llama-3.1-8b",
+        train_tokens=100_000_000,
+        seq_len=2048,
+        deadline_hours=deadline_hours,
+        max_nodes=2,
+        max_gpus=16,
+    )
+    _assert_pricing_shortcut_matches_sorting(job, ftsolve.load_catalog())

@@ -88,28 +88,36 @@ def price_runs(
     failure_probability: float,
     retention_days: float,
     standalone_fallback: bool = False,
+    same_time_as: I | None = None,
 ) -> RunCosts:
     """Cost items (integer cents), expected and quantile finish hours for each candidate.
 
     standalone_fallback: the user allows the fallback but not plain interruptible capacity, so a
     fallback is priced even where interruptible capacity alone would keep the deadline.
+    same_time_as: for each candidate, the index of one with the same market and time inputs
+    (work, start-up, restart, writes, final save, rate), pointing to itself where it is the one;
+    a caller that knows this from how it built the candidates saves sorting them here.
     """
     n = r.work_h.shape[0]
     # Time depends on a handful of columns that many candidates share (the same hardware and
     # configuration at many prices): compute it once per distinct combination.
-    time_cols = np.stack(
-        [
-            r.market.astype(np.float64),
-            r.work_h,
-            r.startup_h,
-            r.restart_h,
-            r.ckpt_write_h,
-            r.final_save_h,
-            r.rate,
-        ],
-        axis=1,
-    )
-    first, inverse = unique_rows(time_cols)
+    if same_time_as is None:
+        first, inverse = unique_rows(
+            np.stack(
+                [
+                    r.market.astype(np.float64),
+                    r.work_h,
+                    r.startup_h,
+                    r.restart_h,
+                    r.ckpt_write_h,
+                    r.final_save_h,
+                    r.rate,
+                ],
+                axis=1,
+            )
+        )
+    else:
+        first, inverse = _representatives(same_time_as)
     f_u, tau_u, mean_u, q_u, writes_u = _time_part(
         _take_idx(r, first), confidence, deadline_hours, trials, trial_fraction, standalone_fallback
     )
@@ -257,6 +265,14 @@ def meets_subset(r: RunInputs, idx: I, j: I, confidence: float, deadline: float,
     finish = sub.startup_h + q + sub.restart_h + (1 - f) * sub.work_h + sub.final_save_h + reserve_h[idx]
     out: B = finish <= deadline
     return out
+
+
+def _representatives(same_as: I) -> tuple[I, I]:
+    """(the candidates that are their own representative, each candidate's position among them)."""
+    is_first = same_as == np.arange(same_as.shape[0])
+    first: I = np.nonzero(is_first)[0]
+    inverse: I = (np.cumsum(is_first) - 1)[same_as]
+    return first, inverse
 
 
 def _take_idx(r: RunInputs, idx: I) -> RunInputs:

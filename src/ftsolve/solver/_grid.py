@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ftsolve.catalog._arrays import BILLING_CODES
+from ftsolve.catalog._arrays import BILLING_CODES, OfferArrays
 from ftsolve.catalog._load import Catalog
 from ftsolve.catalog._models import GpuSpec, ModelArch, Offer
 from ftsolve.solver import _coefficients as k
@@ -40,6 +40,7 @@ from ftsolve.solver._memory import (
     max_micro_batch,
     memory_terms,
 )
+from ftsolve.solver._rows import unique_rows
 from ftsolve.solver._throughput import flops_per_token, intra_node_bus_gb_per_s, step_time, utilization
 
 F = NDArray[np.float64]
@@ -380,7 +381,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     # or are not supported are not priced, and count as meeting the deadline and the budget
     # (they are ruled out by memory or compatibility, which the diagnosis reports).
     runnable = compat[hi[c_p], ti[c_p]] & fits[c_p]
-    costs = _price_subset(runs, runnable, job)
+    costs = _price_subset(runs, runnable, job, _same_time_as(arr, r_offer, r_market, r_nodes, r_hw, rr, tt))
     # The spot-then-on-demand fallback is offered only where interruptible capacity alone misses
     # the deadline (NOT_OFFERED) and some work can still go to it (a zero share is on-demand).
     useless = (c_mk == FALLBACK) & runnable & (costs.spot_fraction <= 0)
@@ -458,8 +459,27 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     )
 
 
-def _price_subset(runs: RunInputs, mask: B, job: JobSpec) -> RunCosts:
+def _same_time_as(arr: OfferArrays, r_offer: I, r_market: I, r_nodes: I, r_hw: I, rr: I, tt: I) -> I:
+    """For each candidate (row rr, configuration tt), the first candidate with the same time
+    inputs: the same hardware and configuration, provisioning time, interruption rate, node
+    count and market make the same work, start-up, restart, writes and rate."""
+    _, offer_code = unique_rows(np.stack([arr.provisioning_h, np.nan_to_num(arr.interruption_rate, nan=-1.0)], axis=1))
+    r_cols = np.stack([r_hw, offer_code[r_offer], r_nodes, r_market], axis=1).astype(np.float64)
+    rep_row, r_class = unique_rows(r_cols)
+    cand = np.full((r_offer.shape[0], len(CONFIGS)), -1, dtype=np.int64)
+    cand[rr, tt] = np.arange(rr.shape[0])
+    # The first row of a class holds the first candidate of each configuration: rows come in order.
+    same: I = cand[rep_row[r_class[rr]], tt]
+    return same
+
+
+def _price_subset(runs: RunInputs, mask: B, job: JobSpec, same_time_as: I | None = None) -> RunCosts:
     """price_runs on the masked candidates; the others get no cost and an infinite finish time."""
+    sub_same = None
+    if same_time_as is not None:
+        # Runnability follows the hardware and configuration, so a representative shares it.
+        position = np.cumsum(mask) - 1
+        sub_same = position[same_time_as[mask]]
     sub = price_runs(
         _select(runs, mask),
         job.deadline_confidence,
@@ -469,6 +489,7 @@ def _price_subset(runs: RunInputs, mask: B, job: JobSpec) -> RunCosts:
         job.failure_probability,
         job.retention_days,
         standalone_fallback="interruptible" not in job.markets,
+        same_time_as=sub_same,
     )
     n = mask.shape[0]
 
