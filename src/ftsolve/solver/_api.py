@@ -22,6 +22,7 @@ from ftsolve.solver._grid import CandidateTable, build_candidates
 from ftsolve.solver._job import MARKETS, JobSpec
 from ftsolve.solver._memory import METHOD_NAMES, QUANT_NAMES, SHARD_NAMES
 from ftsolve.solver._plans import CostItem, MemoryBreakdown, Plan, PlanSet, TimeBreakdown
+from ftsolve.solver._rows import order_by
 
 _ITEM_DETAIL = {
     "training": "GPU-hours of training x price",
@@ -98,7 +99,7 @@ def objective_key(job: JobSpec, t: CandidateTable) -> tuple[NDArray[np.int64], N
         key = cost + np.rint(job.time_value_usd_per_hour * hours * 100.0).astype(np.int64)
     else:
         key = cost
-    order = np.lexsort((t.tie_rank, cost))
+    order = order_by(cost, t.tie_rank)
     tie = np.empty_like(order)
     tie[order] = np.arange(order.size)
     return key.astype(np.int64), tie.astype(np.int64)

@@ -13,6 +13,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from ftsolve.solver._rows import order_by
+
 I = NDArray[np.int64]
 B = NDArray[np.bool_]
 
@@ -27,7 +29,7 @@ class Engine(Protocol):
 def _group_minima(cost_cents: I, tie_rank: I, group: I, feasible: B, diverse: bool) -> I:
     """Feasible candidates that can ever be picked: with diversity, the best of each group."""
     idx = np.nonzero(feasible)[0]
-    order = idx[np.lexsort((tie_rank[idx], cost_cents[idx]))]
+    order = idx[order_by(cost_cents[idx], tie_rank[idx])]
     if not diverse:
         return order
     _, first = np.unique(group[order], return_index=True)

@@ -40,7 +40,7 @@ from ftsolve.solver._memory import (
     max_micro_batch,
     memory_terms,
 )
-from ftsolve.solver._rows import unique_rows
+from ftsolve.solver._rows import dense_labels, order_by, unique_rows
 from ftsolve.solver._throughput import flops_per_token, intra_node_bus_gb_per_s, step_time, utilization
 
 F = NDArray[np.float64]
@@ -212,11 +212,9 @@ def _market_rows(job: JobSpec, catalog: Catalog, scope: NDArray[np.bool_], gid: 
         valid = scope & (od_ok if mk == OD else spot_ok if mk == SPOT else od_ok & spot_ok)
         ids = np.nonzero(valid)[0]
         if prune and ids.size:
-            group = np.unique(
-                np.stack([gid[ids], arr.gpus_per_node[ids], arr.profile[ids]], axis=1),
-                axis=0,
-                return_inverse=True,
-            )[1].reshape(-1)
+            group = unique_rows(
+                np.stack([gid[ids], arr.gpus_per_node[ids], arr.profile[ids]], axis=1).astype(np.float64)
+            )[1]
             if mk == FALLBACK:
                 ids = _pareto_per_group(ids, group, arr.on_demand[ids], arr.interruptible[ids])
             else:
@@ -263,8 +261,8 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     hw_key = (
         np.stack([r_gpu, r_n, r_nodes, r_net.astype(np.int64)], axis=1) if r_offer.size else np.zeros((0, 4), np.int64)
     )
-    hw, r_hw = np.unique(hw_key, axis=0, return_inverse=True)
-    r_hw = r_hw.reshape(-1)
+    hw_first, r_hw = unique_rows(hw_key.astype(np.float64))
+    hw = hw_key[hw_first]
     h_gpu = [catalog.gpus[gpu_names[g]] for g in hw[:, 0]]
     h_n, h_nodes, h_net = hw[:, 1], hw[:, 2], hw[:, 3].astype(np.float64)
 
@@ -385,11 +383,11 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     # The spot-then-on-demand fallback is offered only where interruptible capacity alone misses
     # the deadline (NOT_OFFERED) and some work can still go to it (a zero share is on-demand).
     useless = (c_mk == FALLBACK) & runnable & (costs.spot_fraction <= 0)
+    rate = runs.rate
     if useless.any():
-        keep = ~useless
+        keep = np.flatnonzero(~useless)  # integer indices: one scan of the mask, not one per array
         c_p, c_offer, c_mk, c_nodes, c_n, c_cfg = (x[keep] for x in (c_p, c_offer, c_mk, c_nodes, c_n, c_cfg))
-        c_price, startup_h, runnable = c_price[keep], startup_h[keep], runnable[keep]
-        runs = _select(runs, keep)
+        c_price, startup_h, runnable, rate = c_price[keep], startup_h[keep], runnable[keep], rate[keep]
         costs = RunCosts(
             items_cents={name: v[keep] for name, v in costs.items_cents.items()},
             **{name: getattr(costs, name)[keep] for name in costs.__dataclass_fields__ if name != "items_cents"},
@@ -409,11 +407,11 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
         if job.budget_usd is not None
         else np.ones(len(c_offer), bool),
     }
-    tie = np.lexsort((c_cfg, c_offer, c_mk, c_n))
+    # Ties go to fewer GPUs, then market, catalog order and configuration order.
+    tie = order_by((c_n * len(MARKETS) + c_mk) * len(catalog.offers) + c_offer, c_cfg)
     tie_rank = np.empty_like(tie)
     tie_rank[tie] = np.arange(tie.shape[0])
-    group_key = (gid[c_offer] * 3 + cm[c_cfg]) * len(MARKETS) + c_mk
-    _, group = np.unique(group_key, return_inverse=True)
+    group = dense_labels((gid[c_offer] * 3 + cm[c_cfg]) * len(MARKETS) + c_mk)
 
     def gib(d: dict[str, F]) -> dict[str, F]:
         return {name: v[c_p] / k.GIB for name, v in d.items()}
@@ -448,13 +446,13 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
         quantile_hours=quantile_h,
         tau_hours=costs.checkpoint_interval_h,
         spot_fraction=costs.spot_fraction,
-        interruption_rate_per_hour=np.where(c_mk != OD, runs.rate, 0.0),
+        interruption_rate_per_hour=np.where(c_mk != OD, rate, 0.0),
         price_usd_per_gpu_hour=c_price,
         cost_items_cents=costs.items_cents,
         total_cents=total.astype(np.int64),
         masks=masks,
         tie_rank=tie_rank,
-        group=group.reshape(-1).astype(np.int64),
+        group=group,
         assumptions=assumptions,
     )
 
@@ -481,7 +479,7 @@ def _price_subset(runs: RunInputs, mask: B, job: JobSpec, same_time_as: I | None
         position = np.cumsum(mask) - 1
         sub_same = position[same_time_as[mask]]
     sub = price_runs(
-        _select(runs, mask),
+        _select(runs, np.flatnonzero(mask)),
         job.deadline_confidence,
         job.deadline_hours,
         job.trial_runs,
