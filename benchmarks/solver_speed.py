@@ -2,7 +2,8 @@
 
     python benchmarks/solver_speed.py [--sizes 1000,10000,100000] [--repeat 3]
 
-Prints one row per (catalog, engine). Times are the best of `--repeat` warm runs; peak memory
+Prints one row per (catalog, engine). Times are the best of `--repeat` warm runs (the bundled
+catalog's library-call target uses the median of 30); peak memory
 is Python-level (tracemalloc) during one build + solve. Then the end-to-end wall time of the
 README's `ftsolve plan` command (a fresh process: import, catalog load, plan, render) and the
 issue 6 targets next to what was measured.
@@ -23,6 +24,8 @@ import ftsolve
 from ftsolve import Catalog, JobSpec, Offer
 from ftsolve.solver._engines import ENGINES
 from ftsolve.solver._grid import build_candidates
+
+WARM_CALLS = 30
 
 
 def synthetic(base: Catalog, n: int, seed: int = 0) -> Catalog:
@@ -50,13 +53,17 @@ def synthetic(base: Catalog, n: int, seed: int = 0) -> Catalog:
     return Catalog(gpus=base.gpus, offers=tuple(offers), models=base.models)
 
 
-def best_of(repeat: int, fn: Callable[..., object], *args: object, **kwargs: object) -> float:
+def timings(repeat: int, fn: Callable[..., object], *args: object, **kwargs: object) -> list[float]:
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn(*args, **kwargs)
         times.append(time.perf_counter() - t0)
-    return min(times)
+    return sorted(times)
+
+
+def best_of(repeat: int, fn: Callable[..., object], *args: object, **kwargs: object) -> float:
+    return timings(repeat, fn, *args, **kwargs)[0]
 
 
 def main() -> None:
@@ -96,17 +103,23 @@ def main() -> None:
             )
             measured[f"{name} {engine}"] = total_s
     cli = _cli_seconds(args.repeat)
-    print("\ntarget (issue 6)                          measured    limit  met")
+    # The warm library call is judged by its median over many calls, not a lucky best one.
+    warm = timings(WARM_CALLS, ftsolve.plan, job, base)
+    print(
+        f"\nwarm ftsolve.plan on the bundled catalog, {WARM_CALLS} calls: best {warm[0] * 1000:.1f} ms, "
+        f"median {warm[len(warm) // 2] * 1000:.1f} ms, worst {warm[-1] * 1000:.1f} ms"
+    )
+    print(f"\n{'target (issue 6)':45s} measured    limit  met")
     rows = [
-        ("library call, bundled catalog, warm", measured.get("bundled scan"), 0.05),
+        ("library call, bundled catalog, warm (median)", warm[len(warm) // 2], 0.05),
         ("100k offers, scan engine", measured.get("synthetic 100000 scan"), 1.0),
         ("`ftsolve plan` end to end", cli, 1.0),
     ]
     for label, value, limit in rows:
         if value is None:
-            print(f"{label:40s} {'not run':>9s} {limit * 1000:6.0f} ms")
+            print(f"{label:45s} {'not run':>9s} {limit * 1000:6.0f} ms")
             continue
-        print(f"{label:40s} {value * 1000:6.0f} ms {limit * 1000:5.0f} ms  {'yes' if value < limit else 'NO'}")
+        print(f"{label:45s} {value * 1000:6.0f} ms {limit * 1000:5.0f} ms  {'yes' if value < limit else 'NO'}")
 
 
 def _cli_seconds(repeat: int) -> float:
