@@ -211,6 +211,7 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         # LitGPT (finetune/lora.py), Qwen (finetune.py LoraArguments) and ms-swift all default
         # to lora_dropout 0.05; none of the rows states another value.
         lora_dropout=0.05 if method != "full" else 0.0,
+        quant_kernel="gptq" if "gptq" in row["weight_precision"].lower() else "bitsandbytes",
     )
     precision = "int8" if "int8" in row["weight_precision"] else "nf4" if method == "qlora" else "16-bit"
     if precision == "int8":
@@ -321,17 +322,20 @@ def evaluate(path: Path, show_rows: bool = False) -> dict[str, list[float]]:
 def _pieces(case: Case) -> tuple[float, float, float, float]:
     """(fixed part, activations at scale 1, logits at 1 byte/value, dequant at fraction 1) in GiB."""
     saved = (k.ACTIVATION_SCALE, k.LOGITS_BYTES_PER_VALUE, k.DEQUANT_LAYERS, k.FRAMEWORK_RUNTIME_GIB)
+    dequant_at = []
     try:
         k.ACTIVATION_SCALE = replace(k.ACTIVATION_SCALE, value=1.0)
         k.LOGITS_BYTES_PER_VALUE = replace(k.LOGITS_BYTES_PER_VALUE, value=1.0)
-        k.DEQUANT_LAYERS = replace(k.DEQUANT_LAYERS, value=1.0)
         k.FRAMEWORK_RUNTIME_GIB = {f: replace(c, value=0.0) for f, c in saved[3].items()}
-        est = _estimate(case)
+        for layers in (0.0, 1.0):  # the part of the workspace that DEQUANT_LAYERS scales
+            k.DEQUANT_LAYERS = replace(k.DEQUANT_LAYERS, value=layers)
+            est = _estimate(case)
+            dequant_at.append(est.components_gib["dequant_workspace"])
     finally:
         k.ACTIVATION_SCALE, k.LOGITS_BYTES_PER_VALUE, k.DEQUANT_LAYERS, k.FRAMEWORK_RUNTIME_GIB = saved
     c = est.components_gib
     margin = 1.0 + k.DYNAMIC_MARGIN.value
-    act, lg, dq = c["activations"] / margin, c["logits"] / margin, c["dequant_workspace"]
+    act, lg, dq = c["activations"] / margin, c["logits"] / margin, dequant_at[1] - dequant_at[0]
     fixed = sum(v for name, v in c.items()) - c["activations"] - c["logits"] - dq - c["cuda_context"] - c["nccl"]
     return fixed, act, lg, dq
 

@@ -175,7 +175,10 @@ def test_every_cost_line_of_a_plan_names_its_price_date_and_source() -> None:
     )
     for p in ftsolve.plan(job).plans:
         names = {c.name for c in p.cost_items}
-        assert {"training", "startup", "storage", "trial_runs", "failed_attempts"} <= names
+        assert {"training", "storage", "trial_runs", "failed_attempts"} <= names
+        # Start-up is a line of its own unless it rounds to nothing (a few minutes on a cheap card).
+        startup_usd = p.time.startup_hours * p.price_usd_per_gpu_hour * p.n_gpus
+        assert "startup" in names or startup_usd < 0.006
         assert sum(round(c.usd * 100) for c in p.cost_items) == round(p.total_cost_usd * 100)
         for c in p.cost_items:
             assert c.source

@@ -89,6 +89,18 @@ def test_cli_estimate_memory() -> None:
     assert r.exit_code == 2 and "exactly one of" in r.output
 
 
+def test_cli_gptq_kernel_keeps_no_linear_inputs() -> None:
+    def activations(*extra: str) -> float:
+        args = ["estimate", "memory", "--model", "llama-3.1-8b", "--method", "qlora", "--no-ckpt", "--json"]
+        r = CliRunner().invoke(cli, [*args, "--lora-targets", "qv", *extra])
+        assert r.exit_code == 0, r.output
+        return float(json.loads(r.output)["components_gib"]["activations"])
+
+    assert activations("--quant-kernel", "gptq") < activations()
+    with pytest.raises(InvalidJobSpec, match="quant_kernel"):
+        estimate_memory("llama-3.1-8b", method="qlora", options=MemoryOptions(quant_kernel="awq"))
+
+
 def test_planner_uses_the_same_memory_model() -> None:
     job = ftsolve.JobSpec(model="llama-3.1-8b", train_tokens=10_000_000, seq_len=2048, methods=("qlora",))
     p = ftsolve.plan(job, top=1).plans[0]

@@ -119,6 +119,55 @@ def test_activation_coefficient_and_checkpointing() -> None:
     assert act70 / 1e9 == pytest.approx(55.0 * 40.5 / 41 * scale, rel=0.005)
 
 
+def test_deepspeed_holds_18_bytes_per_parameter() -> None:
+    # physics.md §2.1: DeepSpeed's estimator counts 2 (bf16 weights) + 4 (fp32 grads) + 4 (fp32
+    # master) + 8 (moments) = 18 B/param; ZeRO-3 over 8 GPUs divides all of it.
+    sizes = ModelSizes.of(L8, 16, "all-linear")
+    t = memory_terms(sizes, MemoryOptions(framework="deepspeed"), 2048, _a(FULL), _a(Q16), _a(ZERO3), _a(1), _a(8))
+    states = sum(float(t.static[c][0]) for c in ("weights", "gradients", "optimizer"))
+    assert states == pytest.approx(18.0 * L8.total_params() / 8)
+
+
+def test_lora_dropout_replaces_the_adapted_inputs_and_bitsandbytes_keeps_its_inputs() -> None:
+    s8 = ModelSizes.of(L8, 16, "all-linear")
+    i = L8.intermediate_size / L8.hidden_size  # 3.5
+    # With dropout, each adapted module keeps a dropped-out bf16 copy and a 1-byte mask of its
+    # input (1.5 units) instead of the input: q, k, v, o (1 unit each) and gate, up, down (1, 1, I/h).
+    plain = s8.activation_units(True, True)
+    dropout = s8.activation_units(True, True, lora_dropout=True)
+    assert dropout == pytest.approx(plain - 2 * (2 + i) + 2 * 1.5 * (3 + 1 + 2 + i))
+    # LitGPT's fused QKV takes one dropout for q, k and v.
+    fused = s8.activation_units(True, True, lora_dropout=True, fused_qkv=True)
+    assert fused == pytest.approx(dropout - 2 * 1.5 * 2)
+    # bitsandbytes linears keep their input A: LoRA on q,v over an NF4 base also keeps the MLP
+    # inputs, i.e. as much as LoRA on all linear layers without dropout.
+    qv_16 = s8.activation_units(True, False, lora_targets="qv")
+    qv_nf4 = s8.activation_units(True, False, lora_targets="qv", quantized_base=True)
+    assert qv_nf4 - qv_16 == pytest.approx(2 * (1 + i))
+    assert qv_nf4 == pytest.approx(plain)
+    # In the planner's terms: a GPTQ kernel keeps no input, so its activations equal a bf16 base's.
+    opts = MemoryOptions(lora_targets="qv")
+    gptq = MemoryOptions(lora_targets="qv", quant_kernel="gptq")
+    sizes_qv = ModelSizes.of(L8, 16, "qv")
+
+    def act(o: MemoryOptions, quant: int) -> float:
+        t = memory_terms(sizes_qv, o, 2048, _a(QLORA if quant else LORA), _a(quant), _a(NONE), _a(0), _a(1))
+        return float(t.per_sample["activations"][0])
+
+    assert act(opts, Q4) > act(opts, Q16) == pytest.approx(act(gptq, Q4))
+
+
+def test_litgpt_dequantizes_the_whole_head() -> None:
+    # LitGPT's bitsandbytes plugin quantizes lm_head too: its bf16 copy joins the workspace.
+    sizes = ModelSizes.of(L8, 16, "all-linear")
+
+    def dequant(framework: str) -> float:
+        t = memory_terms(sizes, MemoryOptions(framework=framework), 2048, _a(QLORA), _a(Q4), _a(NONE), _a(0), _a(1))
+        return float(t.static["dequant_workspace"][0])
+
+    assert dequant("litgpt") - dequant("hf") == pytest.approx(L8.vocab_size * L8.hidden_size * 2.0)
+
+
 def test_ddp_adds_gradient_buckets_zero3_adds_gathered_layers() -> None:
     ddp = _terms(L8, FULL, Q16, DDP, 1, 2).static
     assert float(ddp["comm_buckets"][0]) == pytest.approx(L8.total_params() * 2.0)

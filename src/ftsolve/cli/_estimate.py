@@ -49,6 +49,13 @@ def estimate_group() -> None:
 @click.option("--lora-dropout", type=float, default=0.0, show_default=True)
 @click.option("--adapter-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
 @click.option("--framework", type=click.Choice(["hf", "deepspeed", "litgpt"]), default="hf", show_default=True)
+@click.option(
+    "--quant-kernel",
+    type=click.Choice(["bitsandbytes", "gptq"]),
+    default="bitsandbytes",
+    show_default=True,
+    help="Kernel of an int8/NF4 base: bitsandbytes, or a GPTQ checkpoint.",
+)
 @click.option("--no-flash", is_flag=True, help="Eager attention (no FlashAttention/SDPA).")
 @click.option("--chunked-loss", is_flag=True, help="Chunked or fused cross-entropy.")
 @click.option("--gpu", help="Check the fit on this GPU (canonical id).")
@@ -71,6 +78,7 @@ def estimate_memory_cmd(
     lora_dropout: float,
     adapter_dtype: str,
     framework: str,
+    quant_kernel: str,
     no_flash: bool,
     chunked_loss: bool,
     gpu: str | None,
@@ -86,6 +94,7 @@ def estimate_memory_cmd(
         flash_attention=not no_flash,
         chunked_loss=chunked_loss,
         framework=framework,
+        quant_kernel=quant_kernel,
     )
     est = estimate_memory(
         target,

@@ -21,7 +21,8 @@ class Coefficient:
 GIB = 2**30
 _FITTED = (
     "least squares on the 105 even-id evaluable rows of ../shared/data/measured.csv (LitGPT resource "
-    "tables and config hub, Qwen README, ms-swift; ms-swift's int8 GPTQ rows read as 8-bit base LoRA); "
+    "tables and config hub, Qwen README, ms-swift; ms-swift's int8 GPTQ rows read as 8-bit base LoRA; "
+    "GPTQ rows with the gptq kernel, the others' int8/NF4 bases with bitsandbytes); "
     "benchmarks/memory_accuracy.py --fit, 2026-11-29"
 )
 
@@ -38,27 +39,27 @@ DYNAMIC_MARGIN = Coefficient(
     "physics.md §5: ~10% multiplicative margin on the dynamic part",
 )
 ACTIVATION_SCALE = Coefficient(
-    1.21,
+    1.42,
     "x the lean derivation of saved activations (c = 41 bytes·s·b·h per layer for Llama-3-8B)",
     "physics.md §3.2: implementations keep extra copies (fp32 norm intermediates, RoPE outputs); "
     "stas00/ml-engineering measured c ≈ 56 for HF Llama-3.1-8B, i.e. 1.37",
     _FITTED,
 )
 LOGITS_BYTES_PER_VALUE = Coefficient(
-    8.40,
+    7.46,
     "bytes per logit value (s·b·V)",
     "physics.md §3.3: bf16 logits + fp32 upcast + fp32 softmax for backward, 6..10 bytes",
     _FITTED,
 )
 DEQUANT_LAYERS = Coefficient(
-    3.96,
+    1.63,
     "decoder layers of bf16 weights held as dequantization workspace (NF4/int8 bases)",
     "physics.md §7: every NF4/int8 linear is dequantized to bf16 in forward and backward, "
     "layer by layer; the buffers and allocator caching of those copies",
     _FITTED,
 )
 RESERVED_FRAGMENTATION = Coefficient(
-    1.4,
+    1.7,
     "x the dynamic part (activations and logits) added when a tool reports reserved memory",
     "physics.md §5: reserved - allocated, worse with variable sequence lengths",
     _FITTED + " (only the ms-swift rows report reserved memory: variable-length data, 3234 +/- 2548 tokens)",
@@ -104,7 +105,7 @@ FRAMEWORK_RUNTIME_GIB: dict[str, Coefficient] = {
         "least squares on the even-id Qwen README rows of measured.csv",
     ),
     "deepspeed": Coefficient(
-        0.80,
+        1.50,
         "GiB",
         "as hf; the DeepSpeed buckets are modelled apart",
         "least squares on the even-id Qwen README rows of measured.csv",

@@ -133,6 +133,8 @@ def estimate_memory(
         raise InvalidJobSpec(
             "invalid sharding: one GPU shards nothing (DeepSpeed ZeRO on one GPU: framework='deepspeed')"
         )
+    if opts.quant_kernel not in ("bitsandbytes", "gptq"):
+        raise InvalidJobSpec(f"invalid quant_kernel {opts.quant_kernel!r}: choose bitsandbytes or gptq")
     arch, band, where = resolve_arch(model, catalog)
     m = METHOD_NAMES.index(method)
     if weight_precision == "auto":

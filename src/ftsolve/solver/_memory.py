@@ -80,6 +80,9 @@ class MemoryOptions:
     offload_optimizer: bool = False
     offload_params: bool = False  # FSDP cpu_offload: parameters and gradients live in CPU memory
     framework: str = "hf"  # hf (Trainer/PEFT/FSDP), deepspeed, litgpt
+    # Kernel of an int8/4-bit base: bitsandbytes (QLoRA's NF4, LLM.int8) or gptq (a GPTQ-quantized
+    # checkpoint such as Qwen's *-Int4 models trained through auto-gptq kernels).
+    quant_kernel: str = "bitsandbytes"
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,8 @@ class ModelSizes:
         trains_mlp: bool,
         lora_dropout: bool = False,
         lora_targets: str = "all-linear",
+        fused_qkv: bool = False,
+        quantized_base: bool = False,
     ) -> float:
         """Bytes saved for backward per token per layer, in units of bytes x hidden size.
 
@@ -139,6 +144,10 @@ class ModelSizes:
         input (only trainable weights need x for their gradient), but norms, activation functions
         and flash attention keep their inputs and outputs whatever is trained. Full fine-tuning
         (or LoRA on all linear layers) gives c = 2(4 + 2q/h + 2kv/h + 4I/h): 41 for Llama-3-8B.
+        With LoRA dropout the adapters keep the dropped-out copy instead of the input itself.
+        quantized_base: bitsandbytes int8/4-bit linears keep their input A for backward whenever
+        it needs a gradient (bitsandbytes autograd/_functions.py, MatMul4Bit: ctx.tensors = (A, B)),
+        which a frozen 16-bit linear does not.
         """
         h = self.hidden
         q, kv = self.q_dim / h, 2 * self.kv_dim / h
@@ -146,14 +155,20 @@ class ModelSizes:
         # Always: two norm inputs, Q, K, V and the attention output (flash), and the MLP's
         # element-wise inputs: gate, up and the activation output (gated), or fc1 output (not).
         units = 2 + 2 * q + kv + (3 * i if self.gated else i)
-        if trains_attention:
+        if (trains_attention and not lora_dropout) or quantized_base:
             units += 1  # normalized input of q/k/v
-        if trains_mlp:
+        if (trains_mlp and not lora_dropout) or quantized_base:
             units += 1 + i  # normalized input of gate/up (fc1) and input of down (fc2)
         if lora_dropout:
             # PEFT applies dropout separately in front of each adapted module: a bf16 copy and a
-            # 1-byte mask of each module's input (physics.md §3.4).
-            attn = 3 + q if lora_targets in ("attention", "all-linear") else 2 if lora_targets == "qv" else 0
+            # 1-byte mask of each module's input (physics.md §3.4). LitGPT's fused QKV linear
+            # takes one dropout of its input for all three adapters.
+            qkv = 1 if fused_qkv else 3
+            attn = 0.0
+            if lora_targets in ("attention", "all-linear"):
+                attn = qkv + q
+            elif lora_targets == "qv":
+                attn = min(qkv, 2)
             mlp = (2 + i if self.gated else 1 + i) if lora_targets in ("mlp", "all-linear") else 0
             units += 1.5 * (attn + mlp)
         return 2.0 * units
@@ -205,7 +220,10 @@ def memory_terms(
     w_b, g_b, o_b = FULL_STATE_BYTES[opts.optimizer]
     deepspeed = opts.framework == "deepspeed"
     if deepspeed and opts.optimizer in ("adamw", "paged-adamw"):
-        g_b += 4.0  # DeepSpeed keeps an fp32 copy of the gradients: 18 B/param (physics.md §2.1)
+        # DeepSpeed accumulates gradients in fp32: 2 (bf16 weights) + 4 (fp32 grads) + 4 (fp32 master)
+        # + 8 (moments) = 18 B/param, the comment of its estimate_zero2_model_states_mem_needs
+        # (physics.md §2.1); the bf16 gradient is not kept beside the fp32 one.
+        g_b = 4.0
     aw, ag, ao = adapter_state_bytes(opts.optimizer, opts.adapter_dtype)
     shard_w = np.where(shard == ZERO3, n, 1.0)
     shard_g = np.where(shard >= ZERO2, n, 1.0)
@@ -243,6 +261,10 @@ def memory_terms(
     # Dequantization workspace: NF4/int8 linears are expanded to bf16 one layer at a time.
     dequant = np.where(quant != Q16, k.DEQUANT_LAYERS.value * sizes.layer_params * 2.0, 0.0)
     if opts.framework == "litgpt":
+        # LitGPT's bitsandbytes precision plugin replaces every nn.Linear, lm_head included, so the
+        # whole head is dequantized to bf16 in forward and backward, at the logits' peak.
+        dequant = dequant + np.where(quant != Q16, sizes.embedding_table_params * 2.0, 0.0)
+    if opts.framework == "litgpt":
         # Lightning FSDP with frozen base weights: the gradient of every FlatParameter is allocated
         # at full size for the whole backward (FSDP gives a FlatParameter one gradient even when
         # only the adapters in it train). Fitted to the LitGPT FSDP LoRA rows of measured.csv.
@@ -254,9 +276,18 @@ def memory_terms(
 
     s, h, layers = float(seq_len), float(sizes.hidden), float(sizes.layers)
     t = opts.lora_targets
-    lora_c = sizes.activation_units(
-        t in ("attention", "all-linear", "qv"), t in ("mlp", "all-linear"), opts.lora_dropout > 0, t
-    )
+
+    def lora_units(quantized_base: bool) -> float:
+        return sizes.activation_units(
+            t in ("attention", "all-linear", "qv"),
+            t in ("mlp", "all-linear"),
+            opts.lora_dropout > 0,
+            t,
+            fused_qkv=opts.framework == "litgpt",
+            quantized_base=quantized_base,
+        )
+
+    lora_c = np.where(quant != Q16, lora_units(opts.quant_kernel == "bitsandbytes"), lora_units(False))
     c = np.where(full, sizes.activation_units(True, True), lora_c) * k.ACTIVATION_SCALE.value
     if not opts.flash_attention:
         # Eager attention keeps the softmax output (fp32) and its bf16 copy: a·s values of 6 bytes
