@@ -321,18 +321,21 @@ def evaluate(path: Path, show_rows: bool = False) -> dict[str, list[float]]:
 
 def _pieces(case: Case) -> tuple[float, float, float, float]:
     """(fixed part, activations at scale 1, logits at 1 byte/value, dequant at fraction 1) in GiB."""
-    saved = (k.ACTIVATION_SCALE, k.LOGITS_BYTES_PER_VALUE, k.DEQUANT_LAYERS, k.FRAMEWORK_RUNTIME_GIB)
+    saved = (k.ACTIVATION_SCALE, k.LOGITS_BYTES_PER_VALUE, k.FRAMEWORK_RUNTIME_GIB, k.DEQUANT_LAYERS)
+    saved_gptq = k.DEQUANT_LAYERS_GPTQ
     dequant_at = []
     try:
         k.ACTIVATION_SCALE = replace(k.ACTIVATION_SCALE, value=1.0)
         k.LOGITS_BYTES_PER_VALUE = replace(k.LOGITS_BYTES_PER_VALUE, value=1.0)
-        k.FRAMEWORK_RUNTIME_GIB = {f: replace(c, value=0.0) for f, c in saved[3].items()}
-        for layers in (0.0, 1.0):  # the part of the workspace that DEQUANT_LAYERS scales
+        k.FRAMEWORK_RUNTIME_GIB = {f: replace(c, value=0.0) for f, c in saved[2].items()}
+        for layers in (0.0, 1.0):  # the part of the workspace that the DEQUANT_LAYERS scale
             k.DEQUANT_LAYERS = replace(k.DEQUANT_LAYERS, value=layers)
+            k.DEQUANT_LAYERS_GPTQ = replace(k.DEQUANT_LAYERS_GPTQ, value=layers)
             est = _estimate(case)
             dequant_at.append(est.components_gib["dequant_workspace"])
     finally:
-        k.ACTIVATION_SCALE, k.LOGITS_BYTES_PER_VALUE, k.DEQUANT_LAYERS, k.FRAMEWORK_RUNTIME_GIB = saved
+        k.ACTIVATION_SCALE, k.LOGITS_BYTES_PER_VALUE, k.FRAMEWORK_RUNTIME_GIB, k.DEQUANT_LAYERS = saved
+        k.DEQUANT_LAYERS_GPTQ = saved_gptq
     c = est.components_gib
     margin = 1.0 + k.DYNAMIC_MARGIN.value
     act, lg, dq = c["activations"] / margin, c["logits"] / margin, dequant_at[1] - dequant_at[0]
@@ -343,7 +346,7 @@ def _pieces(case: Case) -> tuple[float, float, float, float]:
 def fit(path: Path) -> None:
     """Least squares of the calibrated coefficients on the fit half (even ids), relative errors.
 
-    prediction = fixed + A·activations + L·logits + Q·dequant + R[framework]
+    prediction = fixed + A·activations + L·logits + Q[kernel]·dequant + R[framework]
                  (+ F·(A·activations + L·logits) for tools that report reserved memory)
     """
     rows = [c for _r, c, _ in cases(path) if c is not None and c.measured_gib is not None and c.id % 2 == 0]
@@ -354,7 +357,11 @@ def fit(path: Path) -> None:
         design, target, weight = [], [], []
         for c, (fixed, act, lg, dq) in zip(rows, pieces, strict=True):
             f = 1.0 + (frag if c.reserved else 0.0)
-            design.append([f * act, f * lg, dq] + [1.0 if c.opts.framework == fw else 0.0 for fw in frameworks])
+            gptq = c.opts.quant_kernel == "gptq"
+            design.append(
+                [f * act, f * lg, 0.0 if gptq else dq, dq if gptq else 0.0]
+                + [1.0 if c.opts.framework == fw else 0.0 for fw in frameworks]
+            )
             target.append(c.measured_gib - fixed)  # type: ignore[operator]
             weight.append(1.0 / c.measured_gib)  # type: ignore[operator]
         x, w, y = np.array(design), np.array(weight), np.array(target)
@@ -365,7 +372,7 @@ def fit(path: Path) -> None:
             best = (score, frag, sol)
     assert best is not None
     (p90, med), frag, sol = best
-    names = ["ACTIVATION_SCALE", "LOGITS_BYTES_PER_VALUE", "DEQUANT_LAYERS"] + [
+    names = ["ACTIVATION_SCALE", "LOGITS_BYTES_PER_VALUE", "DEQUANT_LAYERS", "DEQUANT_LAYERS_GPTQ"] + [
         f"FRAMEWORK_RUNTIME_GIB[{fw}]" for fw in frameworks
     ]
     print(f"fit on {len(rows)} rows (even ids): median {100 * med:.1f}%, p90 {100 * p90:.1f}%")

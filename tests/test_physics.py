@@ -157,6 +157,15 @@ def test_lora_dropout_replaces_the_adapted_inputs_and_bitsandbytes_keeps_its_inp
     assert act(opts, Q4) > act(opts, Q16) == pytest.approx(act(gptq, Q4))
 
 
+@pytest.mark.parametrize("kernel", ["bitsandbytes", "gptq"])
+def test_dequantization_workspace_follows_the_kernel(kernel: str) -> None:
+    sizes = ModelSizes.of(L8, 16, "all-linear")
+    t = memory_terms(sizes, MemoryOptions(quant_kernel=kernel), 2048, _a(QLORA), _a(Q4), _a(NONE), _a(1), _a(1))
+    layers = k.DEQUANT_LAYERS_GPTQ if kernel == "gptq" else k.DEQUANT_LAYERS
+    layer = L8.attention_params_per_layer() + L8.mlp_params_per_layer()
+    assert float(t.static["dequant_workspace"][0]) == pytest.approx(layers.value * layer * 2.0)
+
+
 def test_litgpt_dequantizes_the_whole_head() -> None:
     # LitGPT's bitsandbytes plugin quantizes lm_head too: its bf16 copy joins the workspace.
     sizes = ModelSizes.of(L8, 16, "all-linear")

@@ -259,7 +259,8 @@ def memory_terms(
         )
         buckets = np.where((shard == DDP) & (n > 1), trainable * np.where(full, g_b, ag), 0.0)
     # Dequantization workspace: NF4/int8 linears are expanded to bf16 one layer at a time.
-    dequant = np.where(quant != Q16, k.DEQUANT_LAYERS.value * sizes.layer_params * 2.0, 0.0)
+    dequant_layers = k.DEQUANT_LAYERS_GPTQ if opts.quant_kernel == "gptq" else k.DEQUANT_LAYERS
+    dequant = np.where(quant != Q16, dequant_layers.value * sizes.layer_params * 2.0, 0.0)
     if opts.framework == "litgpt":
         # LitGPT's bitsandbytes precision plugin replaces every nn.Linear, lm_head included, so the
         # whole head is dequantized to bf16 in forward and backward, at the logits' peak.
