@@ -239,3 +239,38 @@ def test_skypilot_export_passes_skypilots_own_task_schema(args: list[str]) -> No
     code, out = run("export", "skypilot", *args)
     assert code == 0, out
     jsonschema.validate(yaml.safe_load(out), schemas.get_task_schema())
+
+
+@pytest.mark.parametrize(
+    ("offload_optimizer", "offload_params", "max_gpus"),
+    [(False, False, 1), (True, False, 1), (True, False, 8), (False, True, 1), (False, True, 8)],
+)
+def test_accelerate_export_offloads_what_the_memory_estimate_left_off_the_gpu(
+    offload_optimizer: bool, offload_params: bool, max_gpus: int
+) -> None:
+    job = ftsolve.JobSpec(
+        model="llama-3.1-8b",
+        train_tokens=20_000_000,
+        seq_len=2048,
+        methods=("full",),
+        offload_optimizer=offload_optimizer,
+        offload_params=offload_params,
+        max_gpus=max_gpus,
+    )
+    catalog = ftsolve.load_catalog(user=False)
+    for p in ftsolve.plan(job, catalog, top=3).plans:
+        on_gpu = p.memory.components_gib
+        assert any("CPU offload" in a for a in p.assumptions) == (offload_optimizer or offload_params)
+        assert (on_gpu["optimizer"] == 0) == (offload_optimizer or offload_params)
+        assert (on_gpu["weights"] == 0) == offload_params
+        cfg = ftsolve.export_plan("accelerate", p, job, catalog)
+        if cfg["distributed_type"] == "FSDP":
+            assert cfg["fsdp_config"]["fsdp_offload_params"] == offload_params
+            assert not (offload_optimizer and not offload_params)  # FSDP cannot offload the optimizer alone
+        elif offload_optimizer or offload_params:
+            ds = cfg["deepspeed_config"]
+            assert cfg["distributed_type"] == "DEEPSPEED" and ds["offload_optimizer_device"] == "cpu"
+            assert (ds["offload_param_device"] == "cpu") == offload_params
+            assert ds["zero_stage"] == 3 or not offload_params
+        else:
+            assert cfg["distributed_type"] in ("NO", "MULTI_GPU", "DEEPSPEED")

@@ -74,8 +74,9 @@ def skypilot_task(plan: Plan, job: JobSpec, catalog: Catalog) -> dict[str, Any]:
     return task
 
 
-def accelerate_config(plan: Plan) -> dict[str, Any]:
-    """An accelerate config (`accelerate launch --config_file`) for the plan's sharding."""
+def accelerate_config(plan: Plan, job: JobSpec) -> dict[str, Any]:
+    """An accelerate config (`accelerate launch --config_file`) for the plan's sharding and the
+    job's CPU offload (the memory estimate counted offloaded state as off the GPU)."""
     cfg: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "mixed_precision": "fp16" if plan.weight_precision == "fp16" else "bf16",
@@ -84,29 +85,37 @@ def accelerate_config(plan: Plan) -> dict[str, Any]:
         "machine_rank": 0,
         "use_cpu": False,
     }
-    if plan.sharding == "none":
-        cfg["distributed_type"] = "NO"
-    elif plan.sharding == "ddp":
-        cfg["distributed_type"] = "MULTI_GPU"
-    elif plan.sharding in ("zero1", "zero2"):
-        cfg["distributed_type"] = "DEEPSPEED"
-        cfg["deepspeed_config"] = {
-            "zero_stage": int(plan.sharding[-1]),
-            "gradient_accumulation_steps": plan.grad_accum,
-            "offload_optimizer_device": "none",
-            "offload_param_device": "none",
-        }
-    else:
+    offload = job.offload_optimizer or job.offload_params
+    fsdp = plan.sharding == "zero3" and plan.n_gpus > 1 and (job.offload_params or not offload)
+    if fsdp:
         cfg["distributed_type"] = "FSDP"
         cfg["fsdp_config"] = {
             "fsdp_sharding_strategy": "FULL_SHARD",
             "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
-            "fsdp_offload_params": False,
+            "fsdp_offload_params": job.offload_params,
             "fsdp_activation_checkpointing": plan.gradient_checkpointing,
             "fsdp_use_orig_params": plan.method != "full",  # frozen base weights beside adapters
             "fsdp_cpu_ram_efficient_loading": True,
         }
+    elif plan.sharding in ("zero1", "zero2", "zero3") or offload:
+        # FSDP offloads parameters and optimizer state together and only when it shards; DeepSpeed
+        # offloads the optimizer state alone, and on one GPU too (ZeRO-Offload: stage 2, or
+        # stage 3 when the parameters stream from CPU memory).
+        stage = {"none": 2, "ddp": 1, "zero1": 1, "zero2": 2, "zero3": 3}[plan.sharding]
+        if job.offload_params:
+            stage = 3
+        cfg["distributed_type"] = "DEEPSPEED"
+        cfg["deepspeed_config"] = {
+            "zero_stage": stage,
+            "gradient_accumulation_steps": plan.grad_accum,
+            "offload_optimizer_device": "cpu" if offload else "none",
+            "offload_param_device": "cpu" if job.offload_params else "none",
+        }
+    elif plan.sharding == "ddp":
+        cfg["distributed_type"] = "MULTI_GPU"
+    else:
+        cfg["distributed_type"] = "NO"
     return cfg
 
 
@@ -191,7 +200,7 @@ def export_plan(kind: str, plan: Plan, job: JobSpec, catalog: Catalog) -> dict[s
     if kind == "skypilot":
         return skypilot_task(plan, job, catalog)
     if kind == "accelerate":
-        return accelerate_config(plan)
+        return accelerate_config(plan, job)
     if kind == "axolotl":
         return axolotl_config(plan, job, catalog)
     raise ValueError(kind)

@@ -170,6 +170,11 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int,
             f"fallback: the first {t.spot_fraction[i]:.0%} of the work on interruptible capacity, then the "
             "last checkpoint resumed on on-demand (static split; on-demand capacity keeps the deadline)"
         )
+    if job.offload_optimizer or job.offload_params:
+        assumptions.append(
+            "CPU offload: the memory counts offloaded state as off the GPU; the time does not include "
+            "the CPU optimizer step or the PCIe transfers, so it is optimistic"
+        )
     if job.trial_runs or job.failure_probability:
         assumptions.append(
             "trial runs and failed attempts are priced as scaled copies of the final run on the same plan"

@@ -147,6 +147,7 @@ class JobSpec(BaseModel):
             flash_attention=self.flash_attention,
             chunked_loss=self.chunked_loss,
             offload_optimizer=self.offload_optimizer,
+            offload_params=self.offload_params,
             framework=self.framework,
         )
 

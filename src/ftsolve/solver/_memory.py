@@ -248,12 +248,13 @@ def memory_terms(
         # ZeRO-3 gathers up to stage3_max_live_parameters; ZeRO-1/2 hold reduce and allgather
         # buckets (each at most the trainable size), physics.md §5.
         live = np.minimum(sizes.total_params, k.DEEPSPEED_ZERO3_LIVE_ELEMENTS.value) * 2.0
-        gathered = np.where(shard == ZERO3, live, 0.0)
+        gathered = np.where((shard == ZERO3) | opts.offload_params, live, 0.0)
         bucket = np.minimum(trainable, k.DEEPSPEED_BUCKET_ELEMENTS.value) * 2.0
         buckets = np.where((shard == ZERO1) | (shard == ZERO2), 2.0 * bucket, np.where(shard == ZERO3, bucket, 0.0))
     else:
+        # Offloaded parameters stream in one wrapped unit at a time, on one GPU as well.
         gathered = np.where(
-            (shard == ZERO3) & (n > 1),
+            ((shard == ZERO3) & (n > 1)) | opts.offload_params,
             k.ZERO3_GATHERED_LAYERS.value * sizes.layer_params * layer_storage + sizes.embedding_table_params * 2.0,
             0.0,
         )
