@@ -115,3 +115,19 @@ def test_planner_uses_the_same_memory_model() -> None:
         lora_rank=job.lora_rank,
     )
     assert est.peak_gib == pytest.approx(p.memory.peak_gib, abs=0.01)
+
+
+def test_double_quant_and_head_options_reach_the_cli_and_the_planner() -> None:
+    def weights(*extra: str) -> float:
+        args = ["estimate", "memory", "--model", "llama-3.1-8b", "--method", "qlora", "--json", *extra]
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 0, r.output
+        return float(json.loads(r.output)["components_gib"]["weights"])
+
+    assert weights("--no-double-quant") > weights()
+    assert weights("--quantize-head") < weights()  # Llama-3.1-8B's untied head goes to NF4
+    assert weights("--framework", "litgpt") == weights("--quantize-head")
+    job = dict(model="llama-3.1-8b", train_tokens=10_000_000, seq_len=2048, methods=("qlora",))
+    with_dq = ftsolve.plan(ftsolve.JobSpec(**job), top=1).plans[0]
+    without = ftsolve.plan(ftsolve.JobSpec(**job, double_quant=False), top=1).plans[0]
+    assert without.memory.components_gib["weights"] > with_dq.memory.components_gib["weights"]

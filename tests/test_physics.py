@@ -166,15 +166,36 @@ def test_dequantization_workspace_follows_the_kernel(kernel: str) -> None:
     assert float(t.static["dequant_workspace"][0]) == pytest.approx(layers.value * layer * 2.0)
 
 
-def test_litgpt_dequantizes_the_whole_head() -> None:
-    # LitGPT's bitsandbytes plugin quantizes lm_head too: its bf16 copy joins the workspace.
-    sizes = ModelSizes.of(L8, 16, "all-linear")
+def _static(arch: ftsolve.ModelArch, opts: MemoryOptions, name: str) -> float:
+    sizes = ModelSizes.of(arch, 16, "all-linear")
+    t = memory_terms(sizes, opts, 2048, _a(QLORA), _a(Q4), _a(NONE), _a(0), _a(1))
+    return float(t.static[name][0])
 
-    def dequant(framework: str) -> float:
-        t = memory_terms(sizes, MemoryOptions(framework=framework), 2048, _a(QLORA), _a(Q4), _a(NONE), _a(0), _a(1))
-        return float(t.static["dequant_workspace"][0])
 
-    assert dequant("litgpt") - dequant("hf") == pytest.approx(L8.vocab_size * L8.hidden_size * 2.0)
+def test_quantized_head_is_stored_in_nf4_and_dequantized_whole() -> None:
+    # LitGPT's bitsandbytes plugin quantizes lm_head too (the default there); transformers does not.
+    head = L8.vocab_size * L8.hidden_size
+    nf4 = k.NF4_BYTES_PER_PARAM.value
+    litgpt, hf = MemoryOptions(framework="litgpt"), MemoryOptions()
+    workspace = _static(L8, litgpt, "dequant_workspace") - _static(L8, hf, "dequant_workspace")
+    assert workspace == pytest.approx(head * 2.0)
+    # Llama-3.1-8B's head is untied: its 16-bit copy is replaced by an NF4 one.
+    assert _static(L8, litgpt, "weights") - _static(L8, hf, "weights") == pytest.approx(head * (nf4 - 2.0))
+    assert _static(L8, MemoryOptions(quantized_head=True), "weights") == _static(L8, litgpt, "weights")
+    no_head = MemoryOptions(framework="litgpt", quantized_head=False)
+    assert _static(L8, no_head, "weights") == _static(L8, hf, "weights")
+    # A tied head stays behind as the 16-bit input embedding; the NF4 head comes on top.
+    tied = CAT.model("llama-3.2-1b")
+    assert tied.tie_word_embeddings
+    gain = _static(tied, MemoryOptions(quantized_head=True), "weights") - _static(tied, hf, "weights")
+    assert gain == pytest.approx(tied.vocab_size * tied.hidden_size * nf4)
+
+
+def test_double_quantization_saves_the_block_constants() -> None:
+    # QLoRA paper §3: 4.5 bits per parameter without double quantization, 4.127 with it.
+    with_dq = _static(L8, MemoryOptions(), "weights")
+    without = _static(L8, MemoryOptions(double_quant=False), "weights")
+    assert without - with_dq == pytest.approx(L8.linear_params_in_layers() * (0.5625 - 0.516))
 
 
 def test_ddp_adds_gradient_buckets_zero3_adds_gathered_layers() -> None:

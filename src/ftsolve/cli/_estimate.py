@@ -56,6 +56,12 @@ def estimate_group() -> None:
     show_default=True,
     help="Kernel of an int8/NF4 base: bitsandbytes, or a GPTQ checkpoint.",
 )
+@click.option("--double-quant/--no-double-quant", default=True, show_default=True, help="NF4 double quantization.")
+@click.option(
+    "--quantize-head/--no-quantize-head",
+    default=None,
+    help="Quantize lm_head too (default: with --framework litgpt only).",
+)
 @click.option("--no-flash", is_flag=True, help="Eager attention (no FlashAttention/SDPA).")
 @click.option("--chunked-loss", is_flag=True, help="Chunked or fused cross-entropy.")
 @click.option("--gpu", help="Check the fit on this GPU (canonical id).")
@@ -79,6 +85,8 @@ def estimate_memory_cmd(
     adapter_dtype: str,
     framework: str,
     quant_kernel: str,
+    double_quant: bool,
+    quantize_head: bool | None,
     no_flash: bool,
     chunked_loss: bool,
     gpu: str | None,
@@ -95,6 +103,8 @@ def estimate_memory_cmd(
         chunked_loss=chunked_loss,
         framework=framework,
         quant_kernel=quant_kernel,
+        double_quant=double_quant,
+        quantized_head=quantize_head,
     )
     est = estimate_memory(
         target,

@@ -46,13 +46,13 @@ ACTIVATION_SCALE = Coefficient(
     _FITTED,
 )
 LOGITS_BYTES_PER_VALUE = Coefficient(
-    7.34,
+    7.31,
     "bytes per logit value (s·b·V)",
     "physics.md §3.3: bf16 logits + fp32 upcast + fp32 softmax for backward, 6..10 bytes",
     _FITTED,
 )
 DEQUANT_LAYERS = Coefficient(
-    2.48,
+    2.82,
     "decoder layers of bf16 weights held as dequantization workspace (bitsandbytes NF4/int8 bases)",
     "physics.md §7: every NF4/int8 linear is dequantized to bf16 in forward and backward, "
     "layer by layer; the buffers and allocator caching of those copies",
@@ -89,6 +89,11 @@ ZERO3_GATHERED_LAYERS = Coefficient(
 )
 NF4_BYTES_PER_PARAM = Coefficient(
     0.516, "bytes per quantized parameter (NF4 + double quant)", "physics.md §2.4, QLoRA paper §3"
+)
+NF4_NO_DOUBLE_QUANT_BYTES_PER_PARAM = Coefficient(
+    0.5625,
+    "bytes per quantized parameter (NF4, one fp32 absmax per 64-weight block)",
+    "QLoRA paper §3: 32/64 = 0.5 bits of constants per parameter, 0.127 with double quantization",
 )
 INT8_BYTES_PER_PARAM = Coefficient(
     1.0, "bytes per quantized parameter (LLM.int8)", "bitsandbytes Linear8bitLt int8 weights"

@@ -347,7 +347,9 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     quant_c = cq[c_cfg]
     model_bytes_16 = sizes.total_params * 2.0
     download_h = model_bytes_16 / (job.download_mb_per_s * 1e6) / 3600.0
-    load_h = base_weight_bytes(sizes, method_c, quant_c) / (k.LOAD_GB_PER_S.value * 1e9) / 3600.0
+    load_h = (
+        base_weight_bytes(sizes, method_c, quant_c, opts=job.memory_options()) / (k.LOAD_GB_PER_S.value * 1e9) / 3600.0
+    )
     env_h = k.ENVIRONMENT_SETUP_MINUTES.value / 60.0
     startup_h = prov_h + env_h + download_h + load_h
     ckpt_bytes = np.where(

@@ -80,6 +80,10 @@ class JobSpec(BaseModel):
     framework: Literal["hf", "deepspeed", "litgpt"] = Field(
         default="hf", description="training stack: HF Trainer/PEFT/FSDP, DeepSpeed ZeRO, or LitGPT"
     )
+    double_quant: bool = Field(default=True, description="QLoRA double quantization of the NF4 constants")
+    quantized_head: bool | None = Field(
+        default=None, description="quantize lm_head with the layers (default: LitGPT yes, others no)"
+    )
     deadline_hours: float | None = Field(default=None, gt=0)
     budget_usd: float | None = Field(default=None, gt=0)
     deadline_confidence: float = Field(default=0.9, ge=0.5, lt=1.0)
@@ -149,6 +153,8 @@ class JobSpec(BaseModel):
             offload_optimizer=self.offload_optimizer,
             offload_params=self.offload_params,
             framework=self.framework,
+            double_quant=self.double_quant,
+            quantized_head=self.quantized_head,
         )
 
     @classmethod

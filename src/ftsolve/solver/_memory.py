@@ -83,6 +83,13 @@ class MemoryOptions:
     # Kernel of an int8/4-bit base: bitsandbytes (QLoRA's NF4, LLM.int8) or gptq (a GPTQ-quantized
     # checkpoint such as Qwen's *-Int4 models trained through auto-gptq kernels).
     quant_kernel: str = "bitsandbytes"
+    double_quant: bool = True  # QLoRA's double quantization of the NF4 block constants
+    # lm_head quantized with the layers (None: the framework's default; LitGPT's bitsandbytes
+    # plugin replaces every nn.Linear, transformers keeps lm_head in 16 bits).
+    quantized_head: bool | None = None
+
+    def head_is_quantized(self) -> bool:
+        return self.framework == "litgpt" if self.quantized_head is None else self.quantized_head
 
 
 @dataclass(frozen=True)
@@ -174,14 +181,22 @@ class ModelSizes:
         return 2.0 * units
 
 
-def base_weight_bytes(sizes: ModelSizes, method: I, quant: I, dense_bytes: float = 2.0) -> F:
+def base_weight_bytes(
+    sizes: ModelSizes, method: I, quant: I, dense_bytes: float = 2.0, opts: MemoryOptions | None = None
+) -> F:
     """Unsharded bytes of the model weights as stored on the GPU."""
-    linear_b = np.select(
-        [quant == Q8, quant == Q4], [k.INT8_BYTES_PER_PARAM.value, k.NF4_BYTES_PER_PARAM.value], dense_bytes
-    )
+    opts = opts or MemoryOptions()
+    nf4 = k.NF4_BYTES_PER_PARAM if opts.double_quant else k.NF4_NO_DOUBLE_QUANT_BYTES_PER_PARAM
+    linear_b = np.select([quant == Q8, quant == Q4], [k.INT8_BYTES_PER_PARAM.value, nf4.value], dense_bytes)
     # Embeddings, lm_head and norms stay 16-bit under int8/NF4 (physics.md §2.4).
     other_b = np.where(quant == Q16, dense_bytes, 2.0)
     out: F = sizes.linear_params * linear_b + sizes.other_params * other_b + 0.0 * method
+    if opts.head_is_quantized():
+        # A quantized head is a new tensor: it replaces an untied 16-bit head, while a tied one
+        # stays behind as the input embedding.
+        head = sizes.embedding_table_params
+        untied = sizes.embedding_params > sizes.embedding_table_params
+        out = out + np.where(quant != Q16, head * linear_b - (head * 2.0 if untied else 0.0), 0.0)
     return out
 
 
@@ -230,7 +245,8 @@ def memory_terms(
     shard_o = np.where(shard >= ZERO1, n, 1.0)
 
     dense = 4.0 if opts.optimizer == "adamw-fp32" else 2.0  # an fp32-loaded model keeps fp32 weights
-    weights = np.where(full, sizes.total_params * w_b, base_weight_bytes(sizes, method, quant, dense)) / shard_w
+    base = base_weight_bytes(sizes, method, quant, dense, opts)
+    weights = np.where(full, sizes.total_params * w_b, base) / shard_w
     # Trainable parameters: everything (full) or the adapters, plus embedding and lm_head copies
     # when they are trained as well (PEFT modules_to_save keeps the original and a trainable copy).
     extra = sizes.embedding_params if opts.train_embeddings else 0.0
@@ -243,7 +259,7 @@ def memory_terms(
     on_gpu_optim = 0.0 if opts.offload_optimizer or opts.offload_params else 1.0
     optim = trainable * np.where(full, o_b, ao) / shard_o * on_gpu_optim
 
-    layer_storage = np.where(full, w_b, base_weight_bytes(sizes, method, quant, dense) / sizes.total_params)
+    layer_storage = np.where(full, w_b, base / sizes.total_params)
     if deepspeed:
         # ZeRO-3 gathers up to stage3_max_live_parameters; ZeRO-1/2 hold reduce and allgather
         # buckets (each at most the trainable size), physics.md §5.
@@ -262,9 +278,9 @@ def memory_terms(
     # Dequantization workspace: NF4/int8 linears are expanded to bf16 one layer at a time.
     dequant_layers = k.DEQUANT_LAYERS_GPTQ if opts.quant_kernel == "gptq" else k.DEQUANT_LAYERS
     dequant = np.where(quant != Q16, dequant_layers.value * sizes.layer_params * 2.0, 0.0)
-    if opts.framework == "litgpt":
-        # LitGPT's bitsandbytes precision plugin replaces every nn.Linear, lm_head included, so the
-        # whole head is dequantized to bf16 in forward and backward, at the logits' peak.
+    if opts.head_is_quantized():
+        # A quantized head is dequantized to bf16 whole in forward and backward, at the logits'
+        # peak (LitGPT's bitsandbytes plugin quantizes it, see MemoryOptions).
         dequant = dequant + np.where(quant != Q16, sizes.embedding_table_params * 2.0, 0.0)
     if opts.framework == "litgpt":
         # Lightning FSDP with frozen base weights: the gradient of every FlatParameter is allocated
