@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import re
 from collections import defaultdict
@@ -39,7 +40,7 @@ from typing import Literal, cast
 
 import numpy as np
 
-from ftsolve.catalog import ModelArch, arch_from_config, load_catalog
+from ftsolve.catalog import Catalog, ModelArch, arch_from_config, load_catalog
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import MemoryEstimate, estimate_memory
 from ftsolve.solver._memory import MemoryOptions
@@ -238,9 +239,15 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
     ), ""
 
 
+@functools.cache
+def _catalog() -> Catalog:
+    return load_catalog(user=False)
+
+
 def _estimate(case: Case) -> MemoryEstimate:
     return estimate_memory(
         case.arch,
+        catalog=_catalog(),
         method=cast("Method", case.method),
         seq_len=case.seq_len,
         micro_batch=case.micro_batch,
@@ -319,62 +326,99 @@ def evaluate(path: Path, show_rows: bool = False) -> dict[str, list[float]]:
     return {"all": all_errors}
 
 
-def _pieces(case: Case) -> tuple[float, float, float, float]:
-    """(fixed part, activations at scale 1, logits at 1 byte/value, dequant at fraction 1) in GiB."""
-    saved = (k.ACTIVATION_SCALE, k.LOGITS_BYTES_PER_VALUE, k.FRAMEWORK_RUNTIME_GIB, k.DEQUANT_LAYERS)
-    saved_gptq = k.DEQUANT_LAYERS_GPTQ
-    dequant_at = []
-    try:
-        k.ACTIVATION_SCALE = replace(k.ACTIVATION_SCALE, value=1.0)
-        k.LOGITS_BYTES_PER_VALUE = replace(k.LOGITS_BYTES_PER_VALUE, value=1.0)
-        k.FRAMEWORK_RUNTIME_GIB = {f: replace(c, value=0.0) for f, c in saved[2].items()}
-        for layers in (0.0, 1.0):  # the part of the workspace that the DEQUANT_LAYERS scale
-            k.DEQUANT_LAYERS = replace(k.DEQUANT_LAYERS, value=layers)
-            k.DEQUANT_LAYERS_GPTQ = replace(k.DEQUANT_LAYERS_GPTQ, value=layers)
-            est = _estimate(case)
-            dequant_at.append(est.components_gib["dequant_workspace"])
-    finally:
-        k.ACTIVATION_SCALE, k.LOGITS_BYTES_PER_VALUE, k.FRAMEWORK_RUNTIME_GIB, k.DEQUANT_LAYERS = saved
-        k.DEQUANT_LAYERS_GPTQ = saved_gptq
-    c = est.components_gib
+@dataclass(frozen=True)
+class Pieces:
+    """A row's prediction split by calibrated coefficient, each at coefficient 1 (GiB)."""
+
+    fixed: float
+    activations: float  # every saved activation (with checkpointing: stored inputs + one layer)
+    stored: float  # with checkpointing the stored layer inputs alone; else = activations
+    logits: float  # at 1 byte per value
+    dequant: float  # at one layer
+
+
+def _pieces(case: Case) -> Pieces:
+    names = ("ACTIVATION_SCALE", "LOGITS_BYTES_PER_VALUE", "DEQUANT_LAYERS", "DEQUANT_LAYERS_GPTQ")
+    saved = {name: getattr(k, name) for name in names}
+    saved_runtime = k.FRAMEWORK_RUNTIME_GIB
     margin = 1.0 + k.DYNAMIC_MARGIN.value
-    act, lg, dq = c["activations"] / margin, c["logits"] / margin, dequant_at[1] - dequant_at[0]
-    fixed = sum(v for name, v in c.items()) - c["activations"] - c["logits"] - dq - c["cuda_context"] - c["nccl"]
-    return fixed, act, lg, dq
+
+    def run(logit_bytes: float, layers: float) -> dict[str, float]:
+        for name, value in zip(names, (1.0, logit_bytes, layers, layers), strict=True):
+            setattr(k, name, replace(saved[name], value=value))
+        return _estimate(case).components_gib
+
+    try:
+        k.FRAMEWORK_RUNTIME_GIB = {f: replace(c, value=0.0) for f, c in saved_runtime.items()}
+        unit = run(1.0, 1.0)
+        no_logits = run(0.0, 0.0)
+        huge_logits = run(1e6, 0.0)  # the re-materialized layer hides entirely under the logits
+    finally:
+        for name, c in saved.items():
+            setattr(k, name, c)
+        k.FRAMEWORK_RUNTIME_GIB = saved_runtime
+    dequant = unit["dequant_workspace"] - no_logits["dequant_workspace"]
+    dynamic = unit["activations"] + unit["logits"]
+    fixed = sum(unit.values()) - dynamic - dequant - unit["cuda_context"] - unit["nccl"]
+    return Pieces(
+        fixed=fixed,
+        activations=no_logits["activations"] / margin,
+        stored=huge_logits["activations"] / margin,
+        logits=unit["logits"] / margin,
+        dequant=dequant,
+    )
 
 
 def fit(path: Path) -> None:
-    """Least squares of the calibrated coefficients on the fit half (even ids), relative errors.
+    """Least squares of relative errors on the fit half (even ids) for the calibrated coefficients:
 
-    prediction = fixed + A·activations + L·logits + Q[kernel]·dequant + R[framework]
-                 (+ F·(A·activations + L·logits) for tools that report reserved memory)
+        prediction = fixed + (1 + F)·(A·activations + L·logits) + Q[kernel]·dequant + R[framework]
+
+    (F only where a tool reports reserved memory), where, with checkpointing, the stored layer
+    inputs are not scaled and the re-materialized layer adds only what exceeds the logits
+    (A·layer - L·logits when positive). That makes the model piecewise linear: the fit solves
+    the linear problem for the current pieces, recomputes which piece each row is on, and
+    repeats until no row changes piece. F is searched on a grid.
     """
     rows = [c for _r, c, _ in cases(path) if c is not None and c.measured_gib is not None and c.id % 2 == 0]
     frameworks = sorted({c.opts.framework for c in rows})
     pieces = [_pieces(c) for c in rows]
+    weight = np.array([1.0 / c.measured_gib for c in rows])  # type: ignore[operator]
     best = None
     for frag in np.arange(0.0, 4.01, 0.1):
-        design, target, weight = [], [], []
-        for c, (fixed, act, lg, dq) in zip(rows, pieces, strict=True):
-            f = 1.0 + (frag if c.reserved else 0.0)
-            gptq = c.opts.quant_kernel == "gptq"
-            design.append(
-                [f * act, f * lg, 0.0 if gptq else dq, dq if gptq else 0.0]
-                + [1.0 if c.opts.framework == fw else 0.0 for fw in frameworks]
-            )
-            target.append(c.measured_gib - fixed)  # type: ignore[operator]
-            weight.append(1.0 / c.measured_gib)  # type: ignore[operator]
-        x, w, y = np.array(design), np.array(weight), np.array(target)
-        sol = np.maximum(np.linalg.lstsq(x * w[:, None], y * w, rcond=None)[0], 0.0)
-        rel = np.abs((x @ sol - y) * w)
+        a, lg = k.ACTIVATION_SCALE.value, k.LOGITS_BYTES_PER_VALUE.value
+        branches: list[bool] | None = None
+        for _ in range(50):
+            now = [
+                bool(c.ckpt and a * (p.activations - p.stored) > lg * p.logits)
+                for c, p in zip(rows, pieces, strict=True)
+            ]
+            if now == branches:
+                break
+            branches = now
+            design, target = [], []
+            for c, p, layer_wins in zip(rows, pieces, now, strict=True):
+                f = 1.0 + (frag if c.reserved else 0.0)
+                gptq = c.opts.quant_kernel == "gptq"
+                layer = p.activations - p.stored if c.ckpt else p.activations
+                act = f * layer if layer_wins or not c.ckpt else 0.0
+                design.append(
+                    [act, 0.0 if layer_wins else f * p.logits]
+                    + [0.0 if gptq else p.dequant, p.dequant if gptq else 0.0]
+                    + [1.0 if c.opts.framework == fw else 0.0 for fw in frameworks]
+                )
+                target.append(c.measured_gib - p.fixed - (f * p.stored if c.ckpt else 0.0))  # type: ignore[operator]
+            x, y = np.array(design), np.array(target)
+            sol = np.maximum(np.linalg.lstsq(x * weight[:, None], y * weight, rcond=None)[0], 0.0)
+            a, lg = float(sol[0]), float(sol[1])
+        rel = np.abs((x @ sol - y) * weight)
         score = (float(np.percentile(rel, 90)), float(np.median(rel)))
         if best is None or score < best[0]:
             best = (score, frag, sol)
     assert best is not None
     (p90, med), frag, sol = best
-    names = ["ACTIVATION_SCALE", "LOGITS_BYTES_PER_VALUE", "DEQUANT_LAYERS", "DEQUANT_LAYERS_GPTQ"] + [
-        f"FRAMEWORK_RUNTIME_GIB[{fw}]" for fw in frameworks
-    ]
+    names = ["ACTIVATION_SCALE", "LOGITS_BYTES_PER_VALUE", "DEQUANT_LAYERS", "DEQUANT_LAYERS_GPTQ"]
+    names += [f"FRAMEWORK_RUNTIME_GIB[{fw}]" for fw in frameworks]
     print(f"fit on {len(rows)} rows (even ids): median {100 * med:.1f}%, p90 {100 * p90:.1f}%")
     print(f"  RESERVED_FRAGMENTATION = {frag:.1f}")
     for name, value in zip(names, sol, strict=True):

@@ -312,9 +312,15 @@ def memory_terms(
         # per token and layer (physics.md §3.1: 5 with dropout masks in Korthikanti's count).
         c = c + k.EAGER_ATTENTION_BYTES_PER_SCORE.value * sizes.heads * s / h
     per_layer = c * s * h
-    activations = np.where(ckpt == 1, 2.0 * s * h * layers + per_layer, per_layer * layers)
     logit_bytes = k.CHUNKED_LOGITS_BYTES_PER_VALUE.value if opts.chunked_loss else k.LOGITS_BYTES_PER_VALUE.value
-    logits = np.full_like(activations, s * sizes.vocab * logit_bytes)
+    logit_total = s * sizes.vocab * logit_bytes
+    # Without checkpointing every layer's activations are alive when the logits are. With it,
+    # the stored layer inputs are, but the one re-materialized layer comes after the loss and
+    # lm_head backward have freed the logits: that phase needs only what exceeds them.
+    activations = np.where(
+        ckpt == 1, 2.0 * s * h * layers + np.maximum(per_layer - logit_total, 0.0), per_layer * layers
+    )
+    logits = np.full_like(activations, logit_total)
 
     shape = np.broadcast(n, method, quant, shard, ckpt).shape
 
