@@ -219,7 +219,11 @@ def test_ddp_adds_gradient_buckets_zero3_adds_gathered_layers() -> None:
     assert float(ddp["comm_buckets"][0]) == pytest.approx(L8.total_params() * 2.0)
     z3 = _terms(L8, FULL, Q16, ZERO3, 1, 8).static
     layer = L8.attention_params_per_layer() + L8.mlp_params_per_layer()
-    assert float(z3["gathered_shards"][0]) == pytest.approx(2 * layer * 2 + L8.vocab_size * L8.hidden_size * 2)
+    # Two layers in bf16, and the root unit (embedding and untied head) with its gradient.
+    root = L8.embedding_params()
+    assert float(z3["gathered_shards"][0]) == pytest.approx(2 * layer * 2 + root * (2 + 2))
+    lora = _terms(L8, LORA, Q16, ZERO3, 1, 8).static  # a frozen root has no gradient
+    assert float(lora["gathered_shards"][0]) == pytest.approx(2 * layer * 2 + root * 2)
 
 
 def test_flops_per_token_match_worked_numbers() -> None:

@@ -39,20 +39,20 @@ DYNAMIC_MARGIN = Coefficient(
     "physics.md §5: ~10% multiplicative margin on the dynamic part",
 )
 ACTIVATION_SCALE = Coefficient(
-    1.39,
+    1.42,
     "x the lean derivation of saved activations (c = 41 bytes·s·b·h per layer for Llama-3-8B)",
     "physics.md §3.2: implementations keep extra copies (fp32 norm intermediates, RoPE outputs); "
     "stas00/ml-engineering measured c ≈ 56 for HF Llama-3.1-8B, i.e. 1.37",
     _FITTED,
 )
 LOGITS_BYTES_PER_VALUE = Coefficient(
-    7.32,
+    7.51,
     "bytes per logit value (s·b·V)",
     "physics.md §3.3: bf16 logits + fp32 upcast + fp32 softmax for backward, 6..10 bytes",
     _FITTED,
 )
 DEQUANT_LAYERS = Coefficient(
-    3.44,
+    3.10,
     "decoder layers of bf16 weights held as dequantization workspace (bitsandbytes NF4/int8 bases)",
     "physics.md §7: every NF4/int8 linear is dequantized to bf16 in forward and backward, "
     "layer by layer; the buffers and allocator caching of those copies",
@@ -65,7 +65,7 @@ DEQUANT_LAYERS_GPTQ = Coefficient(
     _FITTED + " (the GPTQ rows: Qwen README QLoRA, ms-swift GPTQ int4/int8)",
 )
 RESERVED_FRAGMENTATION = Coefficient(
-    2.7,
+    2.6,
     "x the dynamic part (activations and logits) added when a tool reports reserved memory",
     "physics.md §5: reserved - allocated, worse with variable sequence lengths",
     _FITTED + " (only the ms-swift rows report reserved memory: variable-length data, 3234 +/- 2548 tokens)",
@@ -110,13 +110,13 @@ LORA_STATE_BYTES_PER_PARAM = Coefficient(
 # fp32 gradient copy in full fine-tuning: 18 B/param, DeepSpeed's own estimator (physics.md §2.1).
 FRAMEWORK_RUNTIME_GIB: dict[str, Coefficient] = {
     "hf": Coefficient(
-        1.81,
+        1.77,
         "GiB",
         "HF Trainer/PEFT/accelerate runtime buffers",
         "least squares on the even-id Qwen README rows of measured.csv",
     ),
     "deepspeed": Coefficient(
-        2.36,
+        2.31,
         "GiB",
         "as hf; the DeepSpeed buckets are modelled apart",
         "least squares on the even-id Qwen README rows of measured.csv",

@@ -268,10 +268,14 @@ def memory_terms(
         bucket = np.minimum(trainable, k.DEEPSPEED_BUCKET_ELEMENTS.value) * 2.0
         buckets = np.where((shard == ZERO1) | (shard == ZERO2), 2.0 * bucket, np.where(shard == ZERO3, bucket, 0.0))
     else:
-        # Offloaded parameters stream in one wrapped unit at a time, on one GPU as well.
+        # FSDP holds the current and the prefetched layer unsharded, and the root unit (what no
+        # decoder layer wraps: embeddings, an untied lm_head) stays unsharded from forward
+        # through backward, with its unsharded gradient when it trains. Offloaded parameters
+        # stream in one wrapped unit at a time, on one GPU as well.
         gathered = np.where(
             ((shard == ZERO3) & (n > 1)) | opts.offload_params,
-            k.ZERO3_GATHERED_LAYERS.value * sizes.layer_params * layer_storage + sizes.embedding_table_params * 2.0,
+            k.ZERO3_GATHERED_LAYERS.value * sizes.layer_params * layer_storage
+            + sizes.embedding_params * (2.0 + np.where(full, 2.0, 0.0)),
             0.0,
         )
         buckets = np.where((shard == DDP) & (n > 1), trainable * np.where(full, g_b, ag), 0.0)
