@@ -7,8 +7,9 @@ length, micro-batch, checkpointing, GPU count and how it is sharded) and prints,
 per method, the count and the median and 90th-percentile absolute relative error of the predicted
 peak, overall and on the held-out half (rows with odd id; coefficients are fitted on even ids).
 It also counts runs that succeeded but are predicted not to fit with the default margin, and
-runs that went out of memory but are predicted to fit. `--fit` searches the calibrated
-coefficients on the fit half and prints the best values; `--rows` prints every row.
+runs that went out of memory but are predicted to fit. `--fit` fits the calibrated
+coefficients on the fit half (least squares of relative errors, see `fit`) and prints them;
+`--rows` prints every row.
 
 How rows are read (each choice is the source's own documentation, see MEASURED.md):
 - LitGPT (resource tables, config hub): bf16-true weights, torch AdamW (state in bf16, pure-bf16
@@ -20,7 +21,9 @@ How rows are read (each choice is the source's own documentation, see MEASURED.m
   (see _gib), ms-swift GiB; ms-swift reports reserved memory (`max_memory_reserved`). Full fine-tuning
   in Qwen's finetune_ds.sh runs DeepSpeed ZeRO-3 mixed precision (16 B/param); ms-swift's full runs
   are compared as pure bf16 (its sft default dtype is bf16 with torch AdamW). ms-swift files its
-  int8 GPTQ runs under "qlora"; they are compared as 8-bit base LoRA.
+  int8 GPTQ runs under "qlora"; they are compared as 8-bit base LoRA. Rows whose base is a GPTQ
+  checkpoint (Qwen README Q-LoRA, ms-swift GPTQ) use the gptq kernel, other int8/4-bit bases
+  bitsandbytes; LitGPT quantizes lm_head as well (its plugin replaces every nn.Linear).
 - Rows marked "estimate", rows whose notes call them suspect, multi-GPU rows whose parallelism is
   not stated, and rows without sequence length or micro-batch are not evaluated.
 """
