@@ -263,7 +263,14 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     )
     hw_first, r_hw = unique_rows(hw_key.astype(np.float64))
     hw = hw_key[hw_first]
-    h_gpu = [catalog.gpus[gpu_names[g]] for g in hw[:, 0]]
+    # Per-GPU facts once per GPU type, then spread to the hardware keys.
+    specs = [catalog.gpus[name] for name in gpu_names]
+    h_g = hw[:, 0]
+
+    def per_gpu(values: list[Any], dtype: type) -> NDArray[Any]:
+        out: NDArray[Any] = np.array(values, dtype=dtype)[h_g] if specs else np.zeros(0, dtype=dtype)
+        return out
+
     h_n, h_nodes, h_net = hw[:, 1], hw[:, 2], hw[:, 3].astype(np.float64)
 
     # --- (hardware, config) pairs ----------------------------------------------------------
@@ -272,15 +279,15 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     H, T = len(hw), len(CONFIGS)
     hn = h_n[:, None]
     structural = np.isin(cm, allowed_methods)[None, :] & (((hn == 1) & (cs == NONE)) | ((hn > 1) & (cs != NONE)))
-    nvidia = np.array([g.vendor == "nvidia" for g in h_gpu], dtype=bool)[:, None]
-    has_peak = np.array(
-        [g.tensor_tflops is not None and g.memory_bandwidth_gb_per_s is not None for g in h_gpu], dtype=bool
-    )[:, None]
+    nvidia = per_gpu([g.vendor == "nvidia" for g in specs], bool)[:, None]
+    has_peak = per_gpu([g.tensor_tflops is not None and g.memory_bandwidth_gb_per_s is not None for g in specs], bool)[
+        :, None
+    ]
     compat = has_peak & (nvidia | (cq == Q16)[None, :])
     hi, ti = np.nonzero(structural)
     p_method, p_quant, p_shard, p_ckpt = cm[ti], cq[ti], cs[ti], cc[ti]
     p_n = h_n[hi]
-    card_gib = np.array([g.memory_gib for g in h_gpu], dtype=np.float64)[hi]
+    card_gib = per_gpu([g.memory_gib for g in specs], np.float64)[hi]
     usable = card_gib * k.USABLE_MEMORY_FRACTION.value * k.GIB
 
     terms = memory_terms(sizes, job.memory_options(), job.seq_len, p_method, p_quant, p_shard, p_ckpt, p_n)
@@ -291,10 +298,10 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     accum = np.ceil(job.global_batch_size / (b_eval * p_n)).astype(np.int64)
     peak = terms.peak_bytes(b_eval)
 
-    peak_tflops = np.array([g.tensor_tflops or 1.0 for g in h_gpu], dtype=np.float64)[hi]
-    util = np.array([utilization(g).value for g in h_gpu], dtype=np.float64)[hi]
-    mem_bw = np.array([g.memory_bandwidth_gb_per_s or 1.0 for g in h_gpu], dtype=np.float64)[hi]
-    intra = np.array([intra_node_bus_gb_per_s(g) for g in h_gpu], dtype=np.float64)
+    peak_tflops = per_gpu([g.tensor_tflops or 1.0 for g in specs], np.float64)[hi]
+    util = per_gpu([utilization(g).value for g in specs], np.float64)[hi]
+    mem_bw = per_gpu([g.memory_bandwidth_gb_per_s or 1.0 for g in specs], np.float64)[hi]
+    intra = per_gpu([intra_node_bus_gb_per_s(g) for g in specs], np.float64)
     inter = h_net * k.INTER_NODE_EFFICIENCY.value / 8.0
     bus = np.where(h_nodes > 1, np.minimum(intra, inter), intra)[hi]
     opt_bytes = terms.static["optimizer"] + terms.static["gradients"] + terms.static["weights"]
