@@ -205,6 +205,7 @@ def test_export_of_a_qlora_plan_sets_the_adapter() -> None:
     )
     cfg = yaml.safe_load(out)
     assert code == 0 and cfg["adapter"] == "qlora" and cfg["load_in_4bit"] is True and cfg["lora_r"] == 16
+    assert cfg["bnb_config_kwargs"] == {"bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True}
 
 
 def test_plan_help_fits_one_screen_and_is_grouped() -> None:

@@ -126,6 +126,9 @@ def axolotl_config(plan: Plan, job: JobSpec, catalog: Catalog) -> dict[str, Any]
         cfg["adapter"] = "qlora" if plan.method == "qlora" else "lora"
         if plan.method == "qlora":
             cfg["load_in_4bit"] = True
+            # The memory estimate assumed NF4 with the job's double-quantization choice
+            # (axolotl passes bnb_config_kwargs to transformers' BitsAndBytesConfig).
+            cfg["bnb_config_kwargs"] = {"bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": job.double_quant}
         if plan.weight_precision == "int8":
             cfg["load_in_8bit"] = True
         cfg["lora_r"] = job.lora_rank
