@@ -36,6 +36,7 @@ class OfferArrays:
     inter_node_gbit: F
     billing: I
     profile: I  # same value = same cost-relevant provider facts (rate, provisioning, storage, ...)
+    timing: I  # same value = same provisioning time and interruption rate (what the time model reads)
 
     @classmethod
     def of(cls, offers: Sequence[Offer]) -> OfferArrays:
@@ -72,6 +73,7 @@ class OfferArrays:
             else (np.zeros((0, 6)))
         )
         _, profile = np.unique(facts, axis=0, return_inverse=True)
+        _, timing = np.unique(np.nan_to_num(facts[:, :2], nan=-1.0), axis=0, return_inverse=True)
         return cls(
             provider=np.array([o.provider.lower() for o in offers], dtype=str),
             region=np.array([o.region.lower() for o in offers], dtype=str),
@@ -87,4 +89,5 @@ class OfferArrays:
             inter_node_gbit=net,
             billing=billing,
             profile=profile.reshape(-1).astype(np.int64),
+            timing=timing.reshape(-1).astype(np.int64),
         )

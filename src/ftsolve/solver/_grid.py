@@ -290,7 +290,8 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     card_gib = per_gpu([g.memory_gib for g in specs], np.float64)[hi]
     usable = card_gib * k.USABLE_MEMORY_FRACTION.value * k.GIB
 
-    terms = memory_terms(sizes, job.memory_options(), job.seq_len, p_method, p_quant, p_shard, p_ckpt, p_n)
+    opts = job.memory_options()
+    terms = memory_terms(sizes, opts, job.seq_len, p_method, p_quant, p_shard, p_ckpt, p_n)
     per_rank_batch = np.ceil(job.global_batch_size / p_n).astype(np.int64)
     b = max_micro_batch(terms, usable, np.minimum(per_rank_batch, 64))
     fits = b >= 1
@@ -354,9 +355,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     quant_c = cq[c_cfg]
     model_bytes_16 = sizes.total_params * 2.0
     download_h = model_bytes_16 / (job.download_mb_per_s * 1e6) / 3600.0
-    load_h = (
-        base_weight_bytes(sizes, method_c, quant_c, opts=job.memory_options()) / (k.LOAD_GB_PER_S.value * 1e9) / 3600.0
-    )
+    load_h = base_weight_bytes(sizes, method_c, quant_c, opts=opts) / (k.LOAD_GB_PER_S.value * 1e9) / 3600.0
     env_h = k.ENVIRONMENT_SETUP_MINUTES.value / 60.0
     startup_h = prov_h + env_h + download_h + load_h
     ckpt_bytes = np.where(
@@ -470,8 +469,7 @@ def _same_time_as(arr: OfferArrays, r_offer: I, r_market: I, r_nodes: I, r_hw: I
     """For each candidate (row rr, configuration tt), the first candidate with the same time
     inputs: the same hardware and configuration, provisioning time, interruption rate, node
     count and market make the same work, start-up, restart, writes and rate."""
-    _, offer_code = unique_rows(np.stack([arr.provisioning_h, np.nan_to_num(arr.interruption_rate, nan=-1.0)], axis=1))
-    r_cols = np.stack([r_hw, offer_code[r_offer], r_nodes, r_market], axis=1).astype(np.float64)
+    r_cols = np.stack([r_hw, arr.timing[r_offer], r_nodes, r_market], axis=1).astype(np.float64)
     rep_row, r_class = unique_rows(r_cols)
     cand = np.full((r_offer.shape[0], len(CONFIGS)), -1, dtype=np.int64)
     cand[rr, tt] = np.arange(rr.shape[0])
