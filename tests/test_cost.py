@@ -13,7 +13,7 @@ from numpy.typing import NDArray
 import ftsolve
 from ftsolve import JobSpec, Offer
 from ftsolve.solver._cost import FALLBACK, NOT_OFFERED, OD, SPOT, RunInputs, price_runs
-from ftsolve.solver._risk import TAU_GRID_STEP, best_interval, run_time_mean
+from ftsolve.solver._risk import TAU_GRID_STEP, _mean_over_scale, best_interval, run_time_mean
 
 
 def _run(market: int, work: float, lam: float, delta: float, restart: float) -> RunInputs:
@@ -240,3 +240,12 @@ def test_billing_granularity_rounds_on_demand_time(billing: str, expected: float
     assert rounding_usd <= expected * 8.0 + 0.01
     if billing == "per-second":
         assert rounding_usd == 0
+
+
+@given(works, rates, deltas, restarts)
+def test_interval_search_ranks_intervals_as_the_expected_time_does(work: float, lam: float, d: float, r: float) -> None:
+    taus = np.geomspace(1.0 / 120.0, work, 64)
+    full = run_time_mean(np.full(64, work), np.full(64, lam), taus, np.full(64, d), np.full(64, r))
+    fast = _mean_over_scale(np.full(64, work), np.full(64, lam), taus, np.full(64, d))
+    assert np.allclose(fast * (1.0 / lam + r), full, rtol=1e-9)
+    assert int(np.argmin(fast)) == int(np.argmin(full))

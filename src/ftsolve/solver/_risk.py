@@ -88,6 +88,28 @@ def run_time_mean(work_h: F, lam: F, tau_h: F, ckpt_write_h: F, restart_h: F) ->
     return out
 
 
+def _mean_over_scale(work_h: F, lam: F, tau_h: F, ckpt_write_h: F) -> F:
+    """run_time_mean / (1/λ + R): the same ordering over τ (the factor is positive and does not
+    depend on τ), computed in place with fewer passes, for the interval search."""
+    lam = np.maximum(lam, 1e-12)
+    tau = np.maximum(tau_h, 1e-9)
+    full = np.ceil(work_h / tau - 1e-9)
+    full -= 1.0
+    np.maximum(full, 0.0, out=full)  # checkpoint_count
+    rest = full * tau
+    np.subtract(work_h, rest, out=rest)
+    rest *= lam
+    np.minimum(rest, 300.0, out=rest)
+    np.expm1(rest, out=rest)
+    segment = tau + ckpt_write_h
+    segment *= lam
+    np.minimum(segment, 300.0, out=segment)
+    np.expm1(segment, out=segment)
+    segment *= full
+    segment += rest
+    return segment
+
+
 # How far from Young's interval the search looks: the expected time is smooth and unimodal in τ
 # apart from the sawtooth of the last segment, and its minimum sits near Young's sqrt(2δ/λ): the
 # search covers a factor of 2.4 either way on the grid and 3.3 for the even splits, which held
@@ -118,7 +140,7 @@ def best_interval(work_h: F, lam: F, ckpt_write_h: F, restart_h: F) -> tuple[F, 
     uniq = cols[first]
     w, la, d, r = (uniq[:, j : j + 1] for j in range(4))
     taus = np.minimum(_candidate_intervals(w, la, d), w)
-    i = np.argmin(run_time_mean(w, la, taus, d, r), axis=1)[:, None]
+    i = np.argmin(_mean_over_scale(w, la, taus, d), axis=1)[:, None]
     tau = np.take_along_axis(taus, i, axis=1)
     mean, var = run_time_moments(w, la, tau, d, r)
     rows = inverse.reshape(-1)
