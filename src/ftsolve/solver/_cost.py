@@ -164,7 +164,9 @@ def price_runs(
         "storage": _cents(storage),
         "egress": _cents(r.output_gb * r.egress_usd_per_gb),
     }
-    total = np.sum(np.stack(list(items.values())), axis=0) if n else np.zeros(0, np.int64)
+    total = np.zeros(n, dtype=np.int64)
+    for cents in items.values():  # a running sum: stacking the items first costs a copy of them all
+        total += cents
     return RunCosts(
         items_cents=items,
         total_cents=total.astype(np.int64),
@@ -280,4 +282,4 @@ def _take_idx(r: RunInputs, idx: I) -> RunInputs:
 
 
 def _take(r: RunInputs, mask: B) -> RunInputs:
-    return RunInputs(**{name: getattr(r, name)[mask] for name in r.__dataclass_fields__})
+    return _take_idx(r, np.flatnonzero(mask))  # one scan of the mask, not one per field

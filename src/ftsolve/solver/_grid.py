@@ -480,13 +480,14 @@ def _same_time_as(arr: OfferArrays, r_offer: I, r_market: I, r_nodes: I, r_hw: I
 
 def _price_subset(runs: RunInputs, mask: B, job: JobSpec, same_time_as: I | None = None) -> RunCosts:
     """price_runs on the masked candidates; the others get no cost and an infinite finish time."""
+    idx = np.flatnonzero(mask)  # integer positions: one scan of the mask, not one per array
     sub_same = None
     if same_time_as is not None:
         # Runnability follows the hardware and configuration, so a representative shares it.
         position = np.cumsum(mask) - 1
-        sub_same = position[same_time_as[mask]]
+        sub_same = position[same_time_as[idx]]
     sub = price_runs(
-        _select(runs, np.flatnonzero(mask)),
+        _select(runs, idx),
         job.deadline_confidence,
         job.deadline_hours,
         job.trial_runs,
@@ -500,7 +501,7 @@ def _price_subset(runs: RunInputs, mask: B, job: JobSpec, same_time_as: I | None
 
     def spread(values: NDArray[Any], fill: float) -> NDArray[Any]:
         out = np.full(n, fill, dtype=values.dtype)
-        out[mask] = values
+        out[idx] = values
         return out
 
     return RunCosts(
