@@ -42,6 +42,7 @@ def test_every_plan_passes_check_plan_and_ranking_is_sorted(job: JobSpec, offers
     for p in result.plans:
         assert ftsolve.check_plan(job, catalog, p) == []
         assert p.memory.peak_gib <= p.memory.usable_gib
+        assert sum(p.memory.components_gib.values()) == pytest.approx(p.memory.peak_gib, abs=0.02)
         if job.deadline_hours is not None:
             assert p.time.quantile_hours <= job.deadline_hours
         if job.budget_usd is not None:

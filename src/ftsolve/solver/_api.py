@@ -114,10 +114,7 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int,
     market = MARKETS[int(t.market[i])]
     defaults = provider_defaults(offer.provider)
     memory = MemoryBreakdown(
-        components_gib={
-            **{n: round(float(v[i]), 3) for n, v in t.memory_static_gib.items()},
-            **{n: round(float(v[i]), 3) for n, v in t.memory_dynamic_gib.items()},
-        },
+        components_gib={n: round(v, 3) for n, v in t.memory_gib(i).items()},
         peak_gib=round(float(t.peak_gib[i]), 3),
         usable_gib=round(float(t.usable_gib[i]), 3),
         card_gib=round(float(t.usable_gib[i]) / k.USABLE_MEMORY_FRACTION.value, 3),

@@ -93,8 +93,8 @@ class CandidateTable:
     market: I
     micro_batch: I
     grad_accum: I
-    memory_static_gib: dict[str, F]
-    memory_dynamic_gib: dict[str, F]
+    pair: I  # the candidate's (hardware, configuration) pair: memory depends on nothing else
+    pair_memory_gib: dict[str, F]  # memory components per pair: static parts, then dynamic incl. margin
     peak_gib: F
     usable_gib: F
     tokens_per_s: F
@@ -120,6 +120,11 @@ class CandidateTable:
 
     def __len__(self) -> int:
         return int(self.offer_idx.shape[0])
+
+    def memory_gib(self, i: int) -> dict[str, float]:
+        """Candidate i's memory per GPU by component (they sum to its peak)."""
+        p = int(self.pair[i])
+        return {name: float(v[p]) for name, v in self.pair_memory_gib.items()}
 
     @cached_property
     def method(self) -> I:
@@ -421,9 +426,6 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     tie_rank[tie] = np.arange(tie.shape[0])
     group = dense_labels((gid[c_offer] * 3 + cm[c_cfg]) * len(MARKETS) + c_mk)
 
-    def gib(d: dict[str, F]) -> dict[str, F]:
-        return {name: v[c_p] / k.GIB for name, v in d.items()}
-
     dyn = {name: v * b_eval * (1.0 + k.DYNAMIC_MARGIN.value) for name, v in terms.per_sample.items()}
     return CandidateTable(
         offers=catalog.offers,
@@ -438,8 +440,8 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
         market=c_mk,
         micro_batch=b[c_p],
         grad_accum=accum[c_p],
-        memory_static_gib=gib(terms.static),
-        memory_dynamic_gib=gib(dyn),
+        pair=c_p,
+        pair_memory_gib={name: v / k.GIB for name, v in (terms.static | dyn).items()},
         peak_gib=peak[c_p] / k.GIB,
         usable_gib=usable[c_p] / k.GIB,
         tokens_per_s=st.tokens_per_s[c_p],
