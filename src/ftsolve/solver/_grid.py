@@ -273,7 +273,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     h_g = hw[:, 0]
 
     def per_gpu(values: list[Any], dtype: type) -> NDArray[Any]:
-        out: NDArray[Any] = np.array(values, dtype=dtype)[h_g] if specs else np.zeros(0, dtype=dtype)
+        out: NDArray[Any] = np.array(values, dtype=dtype)[h_g]
         return out
 
     h_n, h_nodes, h_net = hw[:, 1], hw[:, 2], hw[:, 3].astype(np.float64)
@@ -392,7 +392,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     # or are not supported are not priced, and count as meeting the deadline and the budget
     # (they are ruled out by memory or compatibility, which the diagnosis reports).
     runnable = compat[hi[c_p], ti[c_p]] & fits[c_p]
-    costs = _price_subset(runs, runnable, job, _same_time_as(arr, r_offer, r_market, r_nodes, r_hw, rr, tt))
+    costs = _price_subset(runs, runnable, job, _same_time_as(arr, r_offer, r_market, r_hw, rr, tt))
     # The spot-then-on-demand fallback is offered only where interruptible capacity alone misses
     # the deadline (NOT_OFFERED) and some work can still go to it (a zero share is on-demand).
     useless = (c_mk == FALLBACK) & runnable & (costs.spot_fraction <= 0)
@@ -467,11 +467,11 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     )
 
 
-def _same_time_as(arr: OfferArrays, r_offer: I, r_market: I, r_nodes: I, r_hw: I, rr: I, tt: I) -> I:
+def _same_time_as(arr: OfferArrays, r_offer: I, r_market: I, r_hw: I, rr: I, tt: I) -> I:
     """For each candidate (row rr, configuration tt), the first candidate with the same time
-    inputs: the same hardware and configuration, provisioning time, interruption rate, node
-    count and market make the same work, start-up, restart, writes and rate."""
-    r_cols = np.stack([r_hw, arr.timing[r_offer], r_nodes, r_market], axis=1).astype(np.float64)
+    inputs: the same hardware (which includes the node count) and configuration, provisioning
+    time, interruption rate and market make the same work, start-up, restart, writes and rate."""
+    r_cols = np.stack([r_hw, arr.timing[r_offer], r_market], axis=1).astype(np.float64)
     rep_row, r_class = unique_rows(r_cols)
     cand = np.full((r_offer.shape[0], len(CONFIGS)), -1, dtype=np.int64)
     cand[rr, tt] = np.arange(rr.shape[0])
