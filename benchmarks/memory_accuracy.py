@@ -8,7 +8,8 @@ per method, the count and the median and 90th-percentile absolute relative error
 peak, overall and on the held-out half (rows with odd id; coefficients are fitted on even ids).
 It also counts runs that succeeded but are predicted not to fit with the default margin, and
 runs that went out of memory but are predicted to fit. `--fit` fits the calibrated
-coefficients on the fit half (least squares of relative errors, see `fit`) and prints them;
+coefficients on the fit half (least squares of relative errors, constrained so that no run of
+the fit half that succeeded is predicted not to fit; see `fit`) and prints them;
 `--rows` prints every row.
 
 How rows are read (each choice is the source's own documentation, see MEASURED.md):
@@ -24,6 +25,8 @@ How rows are read (each choice is the source's own documentation, see MEASURED.m
   int8 GPTQ runs under "qlora"; they are compared as 8-bit base LoRA. Rows whose base is a GPTQ
   checkpoint (Qwen README Q-LoRA, ms-swift GPTQ) use the gptq kernel, other int8/4-bit bases
   bitsandbytes; LitGPT quantizes lm_head as well (its plugin replaces every nn.Linear).
+- Gradient accumulation (it matters under FSDP, whose no_sync holds gradients unsharded): the
+  grad_accum column, or the LitGPT config's global_batch_size / (micro-batch x GPUs) from the notes.
 - Rows marked "estimate", rows whose notes call them suspect, multi-GPU rows whose parallelism is
   not stated, and rows without sequence length or micro-batch are not evaluated.
 """
@@ -95,6 +98,7 @@ class Case:
     lora_rank: int
     seq_len: int
     micro_batch: int
+    grad_accum: int
     ckpt: bool
     sharding: str
     n_gpus: int
@@ -218,6 +222,13 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         quant_kernel="gptq" if "gptq" in row["weight_precision"].lower() else "bitsandbytes",
     )
     precision = "int8" if "int8" in row["weight_precision"] else "nf4" if method == "qlora" else "16-bit"
+    micro = int(float(row["micro_batch_size"]))
+    # Accumulation matters under FSDP (unsharded gradients); every FSDP row states it, directly or
+    # as the config's global_batch_size (LitGPT config hub notes).
+    accum = int(float(row["grad_accum"] or 1))
+    global_batch = re.search(r"global_batch_size (\d+)", row["notes"])
+    if not row["grad_accum"] and global_batch:
+        accum = max(1, -(-int(global_batch.group(1)) // (micro * n)))
     if precision == "int8":
         # ms-swift files int8 GPTQ bases under "qlora"; ftsolve calls that 8-bit base LoRA.
         method = "lora"
@@ -231,7 +242,8 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         opts=opts,
         lora_rank=int(float(row["lora_rank"] or 8)),
         seq_len=int(float(seq)),
-        micro_batch=int(float(row["micro_batch_size"])),
+        micro_batch=micro,
+        grad_accum=accum,
         ckpt=ckpt_text.startswith("yes"),
         sharding=sharding,
         n_gpus=n,
@@ -254,6 +266,7 @@ def _estimate(case: Case) -> MemoryEstimate:
         method=cast("Method", case.method),
         seq_len=case.seq_len,
         micro_batch=case.micro_batch,
+        grad_accum=case.grad_accum,
         n_gpus=case.n_gpus,
         sharding=case.sharding,
         gradient_checkpointing=case.ckpt,
@@ -338,6 +351,7 @@ class Pieces:
     stored: float  # with checkpointing the stored layer inputs alone; else = activations
     logits: float  # at 1 byte per value
     dequant: float  # at one layer
+    overheads: float  # CUDA context and NCCL, which the planning peak adds
 
 
 def _pieces(case: Case) -> Pieces:
@@ -369,7 +383,27 @@ def _pieces(case: Case) -> Pieces:
         stored=huge_logits["activations"] / margin,
         logits=unit["logits"] / margin,
         dequant=dequant,
+        overheads=unit["cuda_context"] + unit["nccl"],
     )
+
+
+def _constrained_lstsq(x: np.ndarray, y: np.ndarray, c: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """min |x·s - y|² subject to c·s <= d and s >= 0: the most violated row joins the equalities
+    until none is violated (an active set that only grows; enough for the few rows that bind)."""
+    c = np.vstack([c, -np.eye(x.shape[1])])
+    d = np.concatenate([d, np.zeros(x.shape[1])])
+    active: list[int] = []
+    while True:
+        eq = c[active]
+        kkt = np.block([[x.T @ x, eq.T], [eq, np.zeros((len(active), len(active)))]])
+        rhs = np.concatenate([x.T @ y, d[active]])
+        sol: np.ndarray = np.linalg.lstsq(kkt, rhs, rcond=None)[0][: x.shape[1]]
+        slack = d - c @ sol
+        worst = int(np.argmin(slack))
+        if slack[worst] >= -1e-9 or worst in active:
+            out: np.ndarray = np.maximum(sol, 0.0)
+            return out
+        active.append(worst)
 
 
 def fit(path: Path) -> None:
@@ -381,12 +415,16 @@ def fit(path: Path) -> None:
     inputs are not scaled and the re-materialized layer adds only what exceeds the logits
     (A·layer - L·logits when positive). That makes the model piecewise linear: the fit solves
     the linear problem for the current pieces, recomputes which piece each row is on, and
-    repeats until no row changes piece. F is searched on a grid.
+    repeats until no row changes piece. F is searched on a grid. The fit is constrained so that
+    no run of the fit half that succeeded is predicted not to fit its card: the planning peak
+    (the same terms with the dynamic margin instead of F, plus CUDA context and NCCL) stays within
+    the usable memory.
     """
     rows = [c for _r, c, _ in cases(path) if c is not None and c.measured_gib is not None and c.id % 2 == 0]
     frameworks = sorted({c.opts.framework for c in rows})
     pieces = [_pieces(c) for c in rows]
     weight = np.array([1.0 / c.measured_gib for c in rows])  # type: ignore[operator]
+    margin = 1.0 + k.DYNAMIC_MARGIN.value
     best = None
     for frag in np.arange(0.0, 4.01, 0.1):
         a, lg = k.ACTIVATION_SCALE.value, k.LOGITS_BYTES_PER_VALUE.value
@@ -399,20 +437,25 @@ def fit(path: Path) -> None:
             if now == branches:
                 break
             branches = now
-            design, target = [], []
+            design: list[list[float]] = []
+            plan_design: list[list[float]] = []
+            target: list[float] = []
+            plan_room: list[float] = []
             for c, p, layer_wins in zip(rows, pieces, now, strict=True):
-                f = 1.0 + (frag if c.reserved else 0.0)
                 gptq = c.opts.quant_kernel == "gptq"
                 layer = p.activations - p.stored if c.ckpt else p.activations
-                act = f * layer if layer_wins or not c.ckpt else 0.0
-                design.append(
-                    [act, 0.0 if layer_wins else f * p.logits]
-                    + [0.0 if gptq else p.dequant, p.dequant if gptq else 0.0]
-                    + [1.0 if c.opts.framework == fw else 0.0 for fw in frameworks]
-                )
-                target.append(c.measured_gib - p.fixed - (f * p.stored if c.ckpt else 0.0))  # type: ignore[operator]
+                rest = [0.0 if gptq else p.dequant, p.dequant if gptq else 0.0]
+                rest += [1.0 if c.opts.framework == fw else 0.0 for fw in frameworks]
+                for f, rows_out in ((1.0 + (frag if c.reserved else 0.0), design), (margin, plan_design)):
+                    act = f * layer if layer_wins or not c.ckpt else 0.0
+                    rows_out.append([act, 0.0 if layer_wins else f * p.logits, *rest])
+                stored = p.stored if c.ckpt else 0.0
+                target.append(c.measured_gib - p.fixed - (1.0 + (frag if c.reserved else 0.0)) * stored)  # type: ignore[operator]
+                # 0.02 GiB to spare, so that the coefficients rounded to 3 digits keep the constraint
+                usable = c.card_gib * k.USABLE_MEMORY_FRACTION.value - 0.02 if c.ok else np.inf
+                plan_room.append(usable - p.fixed - p.overheads - margin * stored)
             x, y = np.array(design), np.array(target)
-            sol = np.maximum(np.linalg.lstsq(x * weight[:, None], y * weight, rcond=None)[0], 0.0)
+            sol = _constrained_lstsq(x * weight[:, None], y * weight, np.array(plan_design), np.array(plan_room))
             a, lg = float(sol[0]), float(sol[1])
         rel = np.abs((x @ sol - y) * weight)
         score = (float(np.percentile(rel, 90)), float(np.median(rel)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from model_configs import LLAMA_31_8B
@@ -88,6 +89,13 @@ def test_cli_estimate_memory() -> None:
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     assert data["fits"] is True and "activations" in data["components_gib"]
+    fsdp = ["estimate", "memory", "--model", "llama-3.1-8b", "--method", "full", "--gpus", "8", "--sharding", "zero3"]
+    whole = []
+    for accum in ("1", "4"):
+        r = CliRunner().invoke(cli, [*fsdp, "--grad-accum", accum, "--json"])
+        assert r.exit_code == 0, r.output
+        whole.append(json.loads(r.output)["components_gib"]["unsharded_gradients"])
+    assert whole[1] > 5 * whole[0] > 0
     r = CliRunner().invoke(cli, ["estimate", "memory", "--params", "7B", "--method", "qlora"])
     assert r.exit_code == 0 and "guessed from a parameter count" in r.output
     r = CliRunner().invoke(cli, ["estimate", "memory", "--model", "x", "--params", "7B"])
@@ -136,3 +144,36 @@ def test_double_quant_and_head_options_reach_the_cli_and_the_planner() -> None:
     with_dq = ftsolve.plan(ftsolve.JobSpec(**job), top=1).plans[0]
     without = ftsolve.plan(ftsolve.JobSpec(**job, double_quant=False), top=1).plans[0]
     assert without.memory.components_gib["weights"] > with_dq.memory.components_gib["weights"]
+
+
+def test_planner_holds_fsdp_gradients_whole_only_when_it_accumulates() -> None:
+    from ftsolve.solver._grid import build_candidates
+    from ftsolve.solver._memory import ZERO3
+
+    job = ftsolve.JobSpec(model="llama-3.1-8b", train_tokens=10_000_000, seq_len=2048, methods=("full",))
+    catalog = ftsolve.load_catalog(user=False)
+    t = build_candidates(job, catalog)
+    fsdp = np.flatnonzero((t.shard == ZERO3) & (t.n_gpus > 1) & (t.micro_batch >= 1))
+    seen = set()
+    for i in fsdp[np.unique(t.pair[fsdp], return_index=True)[1]]:
+        accum = int(t.grad_accum[i])
+        est = estimate_memory(
+            "llama-3.1-8b",
+            method="full",
+            seq_len=2048,
+            micro_batch=int(t.micro_batch[i]),
+            grad_accum=accum,
+            n_gpus=int(t.n_gpus[i]),
+            sharding="zero3",
+            gradient_checkpointing=bool(t.ckpt[i]),
+            lora_rank=job.lora_rank,
+            catalog=catalog,
+        )
+        assert est.peak_gib == pytest.approx(float(t.peak_gib[i]), abs=0.01)
+        whole = t.memory_gib(int(i))["unsharded_gradients"]
+        assert whole == pytest.approx(est.components_gib["unsharded_gradients"], abs=0.01)
+        # Accumulating under no_sync holds the whole bf16 gradient beside its shard.
+        sharded = t.memory_gib(int(i))["gradients"]
+        assert (whole + sharded > 14.0) == (accum > 1)
+        seen.add(accum > 1)
+    assert seen == {True, False}

@@ -221,9 +221,54 @@ def test_ddp_adds_gradient_buckets_zero3_adds_gathered_layers() -> None:
     layer = L8.attention_params_per_layer() + L8.mlp_params_per_layer()
     # Two layers in bf16, and the root unit (embedding and untied head) with its gradient.
     root = L8.embedding_params()
-    assert float(z3["gathered_shards"][0]) == pytest.approx(2 * layer * 2 + root * (2 + 2))
+    assert float(z3["gathered_shards"][0]) == pytest.approx(2 * layer * 2 + root * 2)
+    assert float(z3["unsharded_gradients"][0]) == pytest.approx(root * 2)
     lora = _terms(L8, LORA, Q16, ZERO3, 1, 8).static  # a frozen root has no gradient
     assert float(lora["gathered_shards"][0]) == pytest.approx(2 * layer * 2 + root * 2)
+    assert float(lora["unsharded_gradients"][0]) == 0.0
+
+
+def _fsdp(method: int, framework: str, n: int, accumulating: bool, arch: ftsolve.ModelArch = L8) -> dict[str, float]:
+    sizes = ModelSizes.of(arch, 16, "all-linear", framework)
+    opts = MemoryOptions(optimizer="adamw-bf16", framework=framework)
+    t = memory_terms(sizes, opts, 2048, _a(method), _a(Q16), _a(ZERO3), _a(1), _a(n), accumulating=accumulating)
+    return {name: float(v[0]) for name, v in t.static.items()}
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_fsdp_accumulation_holds_gradients_unsharded(n: int) -> None:
+    # FSDP's no_sync() (how accelerate and Lightning Fabric accumulate) keeps every unit's gradient
+    # whole until the syncing micro-batch: the full bf16 gradient per GPU, 2 B/param.
+    total = L8.total_params()
+    acc, one = _fsdp(FULL, "hf", n, True), _fsdp(FULL, "hf", n, False)
+    assert acc["gradients"] == one["gradients"] == pytest.approx(total * 2 / n)
+    assert acc["gradients"] + acc["unsharded_gradients"] == pytest.approx(total * 2)
+    assert one["unsharded_gradients"] == pytest.approx(L8.embedding_params() * 2)  # the root unit only
+    # Adapters (PEFT wraps them in their own units) accumulate their own gradients only.
+    lora = _fsdp(LORA, "hf", n, True)
+    assert lora["gradients"] + lora["unsharded_gradients"] == pytest.approx(L8.lora_params(16, "all-linear") * 4)
+    # Lightning keeps adapters and frozen weights in one FlatParameter with one full-size gradient.
+    lit_acc, lit_one = _fsdp(LORA, "litgpt", n, True), _fsdp(LORA, "litgpt", n, False)
+    assert lit_acc["gradients"] + lit_acc["unsharded_gradients"] == pytest.approx(total * 2)
+    assert lit_one["gradients"] == pytest.approx(total * 2 / n)
+    assert lit_one["unsharded_gradients"] == 0.0
+    # DeepSpeed accumulates into its partitioned fp32 gradients: nothing is held whole.
+    ds = ModelSizes.of(L8, 16, "all-linear")
+    t = memory_terms(
+        ds, MemoryOptions(framework="deepspeed"), 2048, _a(FULL), _a(Q16), _a(ZERO3), _a(1), _a(n), accumulating=True
+    )
+    assert float(t.static["unsharded_gradients"][0]) == 0.0
+
+
+def test_litgpt_holds_a_tied_table_twice() -> None:
+    # LitGPT's GPT has its own lm_head beside wte and its converter copies a tied table into it.
+    tied = CAT.model("llama-3.2-1b")
+    table = tied.vocab_size * tied.hidden_size
+    hf, lit = ModelSizes.of(tied, 16, "all-linear"), ModelSizes.of(tied, 16, "all-linear", "litgpt")
+    assert lit.total_params - hf.total_params == table
+    assert lit.embedding_params == 2 * table == 2 * hf.embedding_params
+    untied = ModelSizes.of(L8, 16, "all-linear", "litgpt")
+    assert untied == ModelSizes.of(L8, 16, "all-linear")
 
 
 def test_flops_per_token_match_worked_numbers() -> None:
@@ -236,3 +281,41 @@ def test_flops_per_token_match_worked_numbers() -> None:
     assert full_ckpt == pytest.approx(60.0e9 + attn * 4 / 3, rel=0.005)
     sizes70 = ModelSizes.of(L70, 16, "all-linear")
     assert float(flops_per_token(sizes70, 2048, _a(FULL), _a(0))[0]) == pytest.approx(417e9 + 8.1e9, rel=0.005)
+
+
+def _one_gpu(method: int, quant: int, ckpt: int, opts: MemoryOptions) -> dict[str, float]:
+    sizes = ModelSizes.of(L8, 16, "all-linear", opts.framework)
+    t = memory_terms(sizes, opts, 2048, _a(method), _a(quant), _a(NONE), _a(ckpt), _a(1))
+    return {name: float(v[0]) for name, v in t.static.items()}
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adamw-8bit", "adamw-fp32"])
+def test_trained_embedding_copies_keep_the_model_dtype(optimizer: str) -> None:
+    # PEFT's modules_to_save copies keep the base dtype (only adapter weights are upcast to fp32)
+    # and torch optimizers keep state in the parameter's dtype: bf16 AdamW copies are 2+2+4 B/param.
+    table = L8.embedding_params()
+    plain = _one_gpu(LORA, Q16, 1, MemoryOptions(optimizer=optimizer))
+    copies = _one_gpu(LORA, Q16, 1, MemoryOptions(optimizer=optimizer, train_embeddings=True))
+    w, g, o = {"adamw": (2, 2, 4), "adamw-8bit": (2, 2, 2.03), "adamw-fp32": (4, 4, 8)}[optimizer]
+    assert copies["adapters"] - plain["adapters"] == pytest.approx(table * w)
+    assert copies["gradients"] - plain["gradients"] == pytest.approx(table * g)
+    assert copies["optimizer"] - plain["optimizer"] == pytest.approx(table * o)
+    # DeepSpeed gives every trainable parameter an fp32 gradient, master and moments.
+    ds = _one_gpu(LORA, Q16, 1, MemoryOptions(framework="deepspeed", train_embeddings=True))
+    ds_plain = _one_gpu(LORA, Q16, 1, MemoryOptions(framework="deepspeed"))
+    assert sum(ds.values()) - sum(ds_plain.values()) == pytest.approx(table * (2 + 4 + 12))
+
+
+def test_autocast_on_an_fp32_model_keeps_bf16_weight_copies() -> None:
+    fp32 = MemoryOptions(optimizer="adamw-fp32")
+    head = L8.vocab_size * L8.hidden_size
+    linear = L8.linear_params_in_layers()
+    # Frozen weights: the bf16 copy each matmul saves for its input's gradient, for every layer
+    # without checkpointing and for the re-materialized layer with it.
+    assert _one_gpu(LORA, Q16, 0, fp32)["autocast_copies"] == pytest.approx((linear + head) * 2)
+    assert _one_gpu(LORA, Q16, 1, fp32)["autocast_copies"] == pytest.approx((linear / 32 + head) * 2)
+    # Trained weights: autocast caches their copies for the whole forward, checkpointed or not.
+    assert _one_gpu(FULL, Q16, 1, fp32)["autocast_copies"] == pytest.approx((linear + head) * 2)
+    # A bf16 model computes on its own weights; a quantized base has its dequantization workspace.
+    assert _one_gpu(LORA, Q16, 0, MemoryOptions())["autocast_copies"] == 0.0
+    assert _one_gpu(QLORA, Q4, 0, fp32)["autocast_copies"] == 0.0

@@ -35,6 +35,9 @@ def estimate_group() -> None:
 @click.option("--precision", type=click.Choice(["auto", "16-bit", "int8", "nf4"]), default="auto", show_default=True)
 @click.option("--seq-len", type=int, default=2048, show_default=True)
 @click.option("--micro-batch", type=int, default=1, show_default=True)
+@click.option(
+    "--grad-accum", type=int, default=1, show_default=True, help="Micro-batches per step (FSDP holds them unsharded)."
+)
 @click.option("--gpus", "n_gpus", type=int, default=1, show_default=True)
 @click.option("--sharding", type=click.Choice(list(SHARD_NAMES)), default="none", show_default=True)
 @click.option("--ckpt/--no-ckpt", default=True, show_default=True, help="Gradient checkpointing.")
@@ -75,6 +78,7 @@ def estimate_memory_cmd(
     precision: str,
     seq_len: int,
     micro_batch: int,
+    grad_accum: int,
     n_gpus: int,
     sharding: str,
     ckpt: bool,
@@ -111,6 +115,7 @@ def estimate_memory_cmd(
         method=method,  # type: ignore[arg-type]
         seq_len=seq_len,
         micro_batch=micro_batch,
+        grad_accum=grad_accum,
         n_gpus=n_gpus,
         sharding=sharding,
         gradient_checkpointing=ckpt,
@@ -125,7 +130,7 @@ def estimate_memory_cmd(
     con = console()
     con.print(
         f"{est.model} ({est.params_b:.2f}B), {est.method} {est.weight_precision}, seq {est.seq_len} x "
-        f"micro-batch {est.micro_batch}, {est.n_gpus} GPU(s) {est.sharding}, "
+        f"micro-batch {est.micro_batch} x {est.grad_accum} accumulated, {est.n_gpus} GPU(s) {est.sharding}, "
         f"checkpointing {'on' if est.gradient_checkpointing else 'off'}"
     )
     for name, gib in est.components_gib.items():

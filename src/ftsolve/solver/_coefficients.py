@@ -22,8 +22,10 @@ GIB = 2**30
 _FITTED = (
     "least squares on the 105 even-id evaluable rows of ../shared/data/measured.csv (LitGPT resource "
     "tables and config hub, Qwen README, ms-swift; ms-swift's int8 GPTQ rows read as 8-bit base LoRA; "
-    "GPTQ rows with the gptq kernel, the others' int8/NF4 bases with bitsandbytes); "
-    "benchmarks/memory_accuracy.py --fit, 2026-11-29"
+    "GPTQ rows with the gptq kernel, the others' int8/NF4 bases with bitsandbytes; gradient "
+    "accumulation as each row states it), constrained so that no run among them that succeeded is "
+    "predicted not to fit its card (the constraint binds on id 332, ms-swift Qwen-72B-Chat-Int8 LoRA: "
+    "78.44 GiB reserved on an 80 GiB A100); benchmarks/memory_accuracy.py --fit, 2026-11-29"
 )
 
 # --- memory -------------------------------------------------------------------------------
@@ -39,20 +41,20 @@ DYNAMIC_MARGIN = Coefficient(
     "physics.md §5: ~10% multiplicative margin on the dynamic part",
 )
 ACTIVATION_SCALE = Coefficient(
-    1.42,
+    1.251,
     "x the lean derivation of saved activations (c = 41 bytes·s·b·h per layer for Llama-3-8B)",
     "physics.md §3.2: implementations keep extra copies (fp32 norm intermediates, RoPE outputs); "
     "stas00/ml-engineering measured c ≈ 56 for HF Llama-3.1-8B, i.e. 1.37",
     _FITTED,
 )
 LOGITS_BYTES_PER_VALUE = Coefficient(
-    7.51,
+    9.412,
     "bytes per logit value (s·b·V)",
     "physics.md §3.3: bf16 logits + fp32 upcast + fp32 softmax for backward, 6..10 bytes",
     _FITTED,
 )
 DEQUANT_LAYERS = Coefficient(
-    3.10,
+    2.734,
     "decoder layers of bf16 weights held as dequantization workspace (bitsandbytes NF4/int8 bases)",
     "physics.md §7: every NF4/int8 linear is dequantized to bf16 in forward and backward, "
     "layer by layer; the buffers and allocator caching of those copies",
@@ -65,7 +67,7 @@ DEQUANT_LAYERS_GPTQ = Coefficient(
     _FITTED + " (the GPTQ rows: Qwen README QLoRA, ms-swift GPTQ int4/int8)",
 )
 RESERVED_FRAGMENTATION = Coefficient(
-    2.6,
+    1.6,
     "x the dynamic part (activations and logits) added when a tool reports reserved memory",
     "physics.md §5: reserved - allocated, worse with variable sequence lengths",
     _FITTED + " (only the ms-swift rows report reserved memory: variable-length data, 3234 +/- 2548 tokens)",
@@ -110,22 +112,22 @@ LORA_STATE_BYTES_PER_PARAM = Coefficient(
 # fp32 gradient copy in full fine-tuning: 18 B/param, DeepSpeed's own estimator (physics.md §2.1).
 FRAMEWORK_RUNTIME_GIB: dict[str, Coefficient] = {
     "hf": Coefficient(
-        1.77,
+        1.459,
         "GiB",
         "HF Trainer/PEFT/accelerate runtime buffers",
-        "least squares on the even-id Qwen README rows of measured.csv",
+        _FITTED + " (the HF rows: Qwen README LoRA/Q-LoRA, ms-swift, philschmid)",
     ),
     "deepspeed": Coefficient(
-        2.31,
+        1.840,
         "GiB",
         "as hf; the DeepSpeed buckets are modelled apart",
-        "least squares on the even-id Qwen README rows of measured.csv",
+        _FITTED + " (the DeepSpeed rows: Qwen README full and multi-GPU)",
     ),
     "litgpt": Coefficient(
         0.0,
         "GiB",
         "LitGPT/Lightning Fabric runtime buffers",
-        "least squares on the even-id LitGPT rows of measured.csv",
+        _FITTED + " (the LitGPT rows; bounded at 0)",
     ),
 }
 DEEPSPEED_BUCKET_ELEMENTS = Coefficient(

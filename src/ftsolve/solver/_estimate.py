@@ -45,6 +45,7 @@ class MemoryEstimate(BaseModel):
     sharding: str
     n_gpus: int
     micro_batch: int
+    grad_accum: int
     seq_len: int
     gradient_checkpointing: bool
     components_gib: dict[str, float] = Field(description="static parts and the dynamic parts incl. margin")
@@ -107,6 +108,7 @@ def estimate_memory(
     method: Literal["full", "lora", "qlora"] = "lora",
     seq_len: int = 2048,
     micro_batch: int = 1,
+    grad_accum: int = 1,
     n_gpus: int = 1,
     sharding: str = "none",
     gradient_checkpointing: bool = True,
@@ -119,12 +121,13 @@ def estimate_memory(
     """Peak memory per GPU of one training configuration, as a breakdown.
 
     `model` is a preset name, a ModelArch, a path to a Hugging Face config.json (or its folder), or
-    a bare parameter count (a wider error band is stated then).
+    a bare parameter count (a wider error band is stated then). `grad_accum` > 1 matters under
+    FSDP, which accumulates with unsharded gradients.
     """
     catalog = catalog if catalog is not None else load_catalog(user=False)
     opts = options or MemoryOptions()
-    if seq_len < 1 or micro_batch < 1 or n_gpus < 1:
-        raise InvalidJobSpec("invalid configuration: seq_len, micro_batch and n_gpus must be positive")
+    if seq_len < 1 or micro_batch < 1 or grad_accum < 1 or n_gpus < 1:
+        raise InvalidJobSpec("invalid configuration: seq_len, micro_batch, grad_accum and n_gpus must be positive")
     if sharding not in SHARD_NAMES:
         raise InvalidJobSpec(f"invalid sharding {sharding!r}: choose one of {', '.join(SHARD_NAMES)}")
     if n_gpus > 1 and sharding == "none":
@@ -143,7 +146,7 @@ def estimate_memory(
         q = {"16-bit": Q16, "int8": Q8, "nf4": Q4}[weight_precision]
     if m == FULL and q != Q16:
         raise InvalidJobSpec("invalid weight_precision: full fine-tuning trains 16-bit weights")
-    sizes = ModelSizes.of(arch, lora_rank, opts.lora_targets)
+    sizes = ModelSizes.of(arch, lora_rank, opts.lora_targets, opts.framework)
 
     def a(x: int) -> np.ndarray:
         return np.array([x], dtype=np.int64)
@@ -157,6 +160,7 @@ def estimate_memory(
         a(SHARD_NAMES.index(sharding)),
         a(int(gradient_checkpointing)),
         a(n_gpus),
+        accumulating=grad_accum > 1,
     )
     margin = 1.0 + k.DYNAMIC_MARGIN.value
     parts = {name: float(v[0]) / k.GIB for name, v in terms.static.items()}
@@ -175,6 +179,7 @@ def estimate_memory(
         sharding=sharding,
         n_gpus=n_gpus,
         micro_batch=micro_batch,
+        grad_accum=grad_accum,
         seq_len=seq_len,
         gradient_checkpointing=gradient_checkpointing,
         components_gib={name: round(v, 3) for name, v in parts.items()},
@@ -257,7 +262,7 @@ def estimate_time(
         if weight_precision == "auto"
         else {"16-bit": Q16, "int8": Q8, "nf4": Q4}[weight_precision]
     )
-    sizes = ModelSizes.of(arch, lora_rank, opts.lora_targets)
+    sizes = ModelSizes.of(arch, lora_rank, opts.lora_targets, opts.framework)
     from ftsolve.solver._throughput import flops_per_token, intra_node_bus_gb_per_s, step_time
     from ftsolve.solver._throughput import utilization as arch_utilization
 

@@ -39,6 +39,7 @@ from ftsolve.solver._memory import (
     base_weight_bytes,
     max_micro_batch,
     memory_terms,
+    unsharded_gradient_bytes,
 )
 from ftsolve.solver._rows import dense_labels, order_by, unique_rows
 from ftsolve.solver._throughput import flops_per_token, intra_node_bus_gb_per_s, step_time, utilization
@@ -242,7 +243,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     ranked plans are the same either way (see _market_rows), the candidate counts smaller.
     """
     arch = resolve_model(job, catalog)
-    sizes = ModelSizes.of(arch, job.lora_rank, job.lora_targets)
+    sizes = ModelSizes.of(arch, job.lora_rank, job.lora_targets, job.framework)
     arr = catalog.arrays
     scope_mask, scope = _scope(job, catalog)
     gpu_names = sorted(set(arr.gpu[scope_mask].tolist()))
@@ -296,9 +297,16 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     usable = card_gib * k.USABLE_MEMORY_FRACTION.value * k.GIB
 
     opts = job.memory_options()
-    terms = memory_terms(sizes, opts, job.seq_len, p_method, p_quant, p_shard, p_ckpt, p_n)
+    synced = memory_terms(sizes, opts, job.seq_len, p_method, p_quant, p_shard, p_ckpt, p_n)
+    whole = unsharded_gradient_bytes(sizes, opts, p_method, p_shard, p_n, True)
     per_rank_batch = np.ceil(job.global_batch_size / p_n).astype(np.int64)
-    b = max_micro_batch(terms, usable, np.minimum(per_rank_batch, 64))
+    cap = np.minimum(per_rank_batch, 64)
+    b_one = max_micro_batch(synced, usable, cap)
+    # A step of one micro-batch per GPU accumulates nothing, and FSDP then keeps its gradients
+    # sharded; otherwise the largest micro-batch that fits with accumulation's memory.
+    single = b_one * p_n >= job.global_batch_size
+    terms = synced.with_static("unsharded_gradients", np.where(single, synced.static["unsharded_gradients"], whole))
+    b = np.where(single, b_one, max_micro_batch(terms, usable, cap))
     fits = b >= 1
     b_eval = np.maximum(b, 1)
     accum = np.ceil(job.global_batch_size / (b_eval * p_n)).astype(np.int64)

@@ -18,6 +18,7 @@ from ftsolve.solver import _coefficients as k
 
 F = NDArray[np.float64]
 I = NDArray[np.int64]
+B = NDArray[np.bool_]
 
 # Codes used in the configuration arrays.
 FULL, LORA, QLORA = 0, 1, 2
@@ -64,6 +65,18 @@ def adapter_state_bytes(optimizer: str, adapter_dtype: str) -> tuple[float, floa
         "adafactor": 0.0,
     }[optimizer]
     return w, w, opt
+
+
+def embedding_copy_bytes(opts: MemoryOptions) -> tuple[float, float, float]:
+    """(weight, grad, optimizer) bytes per parameter of the trained embedding and lm_head copies.
+
+    PEFT's modules_to_save copies keep the base model's dtype (its autocast_adapter_dtype upcasts
+    adapter weights only), and torch optimizers keep state in the parameter's dtype. DeepSpeed
+    gives every trainable parameter its fp32 gradient, master and moments, as in full fine-tuning.
+    """
+    if opts.framework == "deepspeed":
+        return 2.0, 4.0, FULL_STATE_BYTES[opts.optimizer][2]
+    return adapter_state_bytes(opts.optimizer, "fp32" if opts.optimizer == "adamw-fp32" else "bf16")
 
 
 @dataclass(frozen=True)
@@ -115,7 +128,12 @@ class ModelSizes:
     gated: bool
 
     @classmethod
-    def of(cls, arch: ModelArch, lora_rank: int, lora_targets: str) -> ModelSizes:
+    def of(cls, arch: ModelArch, lora_rank: int, lora_targets: str, framework: str = "hf") -> ModelSizes:
+        if framework == "litgpt" and arch.tie_word_embeddings:
+            # LitGPT's GPT has its own lm_head Linear beside the wte Embedding and never ties them;
+            # its converter copies a tied table into lm_head.weight (litgpt/model.py,
+            # scripts/convert_hf_checkpoint.py), so a tied model holds, trains and shards two tables.
+            arch = arch.model_copy(update={"tie_word_embeddings": False})
         return cls(
             total_params=float(arch.total_params()),
             linear_params=float(arch.linear_params_in_layers()),
@@ -218,6 +236,39 @@ class MemoryTerms:
     def peak_bytes(self, micro_batch: F | I) -> F:
         return self.static_total() + micro_batch * self.per_sample_total()
 
+    def with_static(self, name: str, value: F) -> MemoryTerms:
+        """The same terms with one static component replaced."""
+        return MemoryTerms(static=self.static | {name: value}, per_sample=self.per_sample)
+
+
+def unsharded_gradient_bytes(
+    sizes: ModelSizes, opts: MemoryOptions, method: I, shard: I, n_gpus: I, accumulating: B | bool
+) -> F:
+    """FSDP gradient bytes per GPU held whole beyond their shard.
+
+    Accelerate and Lightning Fabric accumulate under FSDP's no_sync(), which keeps every unit's
+    gradient unsharded until the micro-batch that syncs (torch FSDP docs of no_sync; accelerate's
+    GradientAccumulationPlugin.sync_each_batch). When every micro-batch syncs, only the root unit's
+    gradient (embeddings, an untied lm_head) is whole, through the backward. Lightning FSDP wraps
+    adapters and frozen weights in one FlatParameter, which gets one gradient of its full size even
+    when only the adapters in it train. DeepSpeed accumulates into its partitioned gradients.
+    """
+    n = n_gpus.astype(np.float64)
+    full = method == FULL
+    deepspeed = opts.framework == "deepspeed"
+    g_b = FULL_STATE_BYTES[opts.optimizer][1]
+    ag = adapter_state_bytes(opts.optimizer, opts.adapter_dtype)[1]
+    grad_bytes = np.where(full, sizes.total_params * g_b, sizes.lora_params * ag)
+    if opts.train_embeddings:
+        grad_bytes = grad_bytes + np.where(full, 0.0, sizes.embedding_params * embedding_copy_bytes(opts)[1])
+    if opts.framework == "litgpt":
+        grad_bytes = np.where(full, grad_bytes, sizes.total_params * 2.0)
+    sharded = (shard == ZERO3) & (n > 1) & (not deepspeed)
+    root = np.where((sharded | opts.offload_params) & (not deepspeed) & full, sizes.embedding_params * g_b, 0.0)
+    no_sync = sharded & accumulating & (not opts.offload_params)
+    out: F = np.where(no_sync, grad_bytes * (1.0 - 1.0 / n), root)
+    return out
+
 
 def memory_terms(
     sizes: ModelSizes,
@@ -228,8 +279,13 @@ def memory_terms(
     shard: I,
     ckpt: I,
     n_gpus: I,
+    accumulating: B | bool = False,
 ) -> MemoryTerms:
-    """Memory per GPU for each configuration (all arrays broadcast together)."""
+    """Memory per GPU for each configuration (all arrays broadcast together).
+
+    `accumulating`: the step accumulates gradients over several micro-batches (grad_accum > 1),
+    which FSDP does with its gradients unsharded (see `unsharded_gradients`).
+    """
     n = n_gpus.astype(np.float64)
     full = method == FULL
     w_b, g_b, o_b = FULL_STATE_BYTES[opts.optimizer]
@@ -250,14 +306,16 @@ def memory_terms(
     # Trainable parameters: everything (full) or the adapters, plus embedding and lm_head copies
     # when they are trained as well (PEFT modules_to_save keeps the original and a trainable copy).
     extra = sizes.embedding_params if opts.train_embeddings else 0.0
-    adapters = np.where(full, 0.0, (sizes.lora_params + extra) * aw / shard_w)
+    cw, cg, co = embedding_copy_bytes(opts)
+    adapters = np.where(full, 0.0, (sizes.lora_params * aw + extra * cw) / shard_w)
     trainable = np.where(full, sizes.total_params, sizes.lora_params + extra)
-    grads = trainable * np.where(full, g_b, ag) / shard_g
+    grad_bytes = np.where(full, sizes.total_params * g_b, sizes.lora_params * ag + extra * cg)
+    grads = grad_bytes / shard_g
     if opts.offload_params:
         # Only the gathered units (below) are on the GPU; the shards wait in CPU memory.
         weights, adapters, grads = weights * 0.0, adapters * 0.0, grads * 0.0
     on_gpu_optim = 0.0 if opts.offload_optimizer or opts.offload_params else 1.0
-    optim = trainable * np.where(full, o_b, ao) / shard_o * on_gpu_optim
+    optim = np.where(full, sizes.total_params * o_b, sizes.lora_params * ao + extra * co) / shard_o * on_gpu_optim
 
     layer_storage = np.where(full, w_b, base / sizes.total_params)
     if deepspeed:
@@ -274,11 +332,24 @@ def memory_terms(
         # stream in one wrapped unit at a time, on one GPU as well.
         gathered = np.where(
             ((shard == ZERO3) & (n > 1)) | opts.offload_params,
-            k.ZERO3_GATHERED_LAYERS.value * sizes.layer_params * layer_storage
-            + sizes.embedding_params * (2.0 + np.where(full, 2.0, 0.0)),
+            k.ZERO3_GATHERED_LAYERS.value * sizes.layer_params * layer_storage + sizes.embedding_params * 2.0,
             0.0,
         )
-        buckets = np.where((shard == DDP) & (n > 1), trainable * np.where(full, g_b, ag), 0.0)
+        buckets = np.where((shard == DDP) & (n > 1), grad_bytes, 0.0)
+    if opts.framework == "litgpt" and not opts.offload_params:
+        # Each Lightning FSDP unit's FlatParameter holds frozen weights and adapters together and
+        # gets one gradient of its full size, sharded like the weights (see unsharded_gradient_bytes).
+        grads = np.where((shard == ZERO3) & (n > 1) & ~full, sizes.total_params * 2.0 / n, grads)
+    unsharded = unsharded_gradient_bytes(sizes, opts, method, shard, n_gpus, accumulating)
+    # Autocast on an fp32 model runs every matmul on a bf16 copy of its weight. Copies of trained
+    # weights are cached for the whole forward (torch autocast caches casts of leaf tensors that
+    # require grad); a frozen weight is recast at each use, and its copy is what the matmul saves
+    # to compute its input's gradient: kept for every layer without checkpointing, for the
+    # re-materialized layer with it. Gathered ZeRO-3 units are already the compute copies.
+    head = sizes.embedding_table_params
+    frozen_copies = np.where(ckpt == 1, sizes.linear_params / sizes.layers, sizes.linear_params) + head
+    copies = np.where(full, sizes.linear_params + head, np.where(quant == Q16, frozen_copies, 0.0)) * 2.0
+    autocast = np.where((dense == 4.0) & ~((shard == ZERO3) & (n > 1)), copies, 0.0)
     # Dequantization workspace: NF4/int8 linears are expanded to bf16 one layer at a time.
     dequant_layers = k.DEQUANT_LAYERS_GPTQ if opts.quant_kernel == "gptq" else k.DEQUANT_LAYERS
     dequant = np.where(quant != Q16, dequant_layers.value * sizes.layer_params * 2.0, 0.0)
@@ -286,12 +357,6 @@ def memory_terms(
         # A quantized head is dequantized to bf16 whole in forward and backward, at the logits'
         # peak (LitGPT's bitsandbytes plugin quantizes it, see MemoryOptions).
         dequant = dequant + np.where(quant != Q16, sizes.embedding_table_params * 2.0, 0.0)
-    if opts.framework == "litgpt":
-        # Lightning FSDP with frozen base weights: the gradient of every FlatParameter is allocated
-        # at full size for the whole backward (FSDP gives a FlatParameter one gradient even when
-        # only the adapters in it train). Fitted to the LitGPT FSDP LoRA rows of measured.csv.
-        frozen_grads = np.where((shard == ZERO3) & (n > 1) & ~full, sizes.total_params * 2.0, 0.0)
-        grads = grads + frozen_grads
     runtime = np.full(np.broadcast(n, method).shape, k.FRAMEWORK_RUNTIME_GIB[opts.framework].value * k.GIB)
     context = np.full(np.broadcast(n, method).shape, k.CUDA_CONTEXT_GIB.value * k.GIB)
     nccl = np.where(n > 1, k.NCCL_GIB.value * k.GIB, 0.0)
@@ -336,9 +401,11 @@ def memory_terms(
             "weights": b(weights),
             "adapters": b(adapters),
             "gradients": b(grads),
+            "unsharded_gradients": b(unsharded),
             "optimizer": b(optim),
             "gathered_shards": b(gathered),
             "comm_buckets": b(buckets),
+            "autocast_copies": b(autocast),
             "dequant_workspace": b(dequant),
             "framework_runtime": b(runtime),
             "cuda_context": b(context),
