@@ -284,7 +284,11 @@ def predict(case: Case) -> tuple[float, float]:
     dynamic = (c["activations"] + c["logits"]) / margin
     allocated = est.peak_gib - c["cuda_context"] - c["nccl"] - dynamic * (margin - 1.0)
     if case.reserved:
-        allocated += k.RESERVED_FRAGMENTATION.value * dynamic
+        # the short-lived part: the logits, or with checkpointing the re-materialized layer
+        short = c["logits"] / margin
+        if case.ckpt:
+            short = max(short, (c["activations"] + c["logits"]) / margin - _pieces(case).stored)
+        allocated += k.RESERVED_FRAGMENTATION.value * short
     return allocated, est.peak_gib
 
 
@@ -409,16 +413,19 @@ def _constrained_lstsq(x: np.ndarray, y: np.ndarray, c: np.ndarray, d: np.ndarra
 def fit(path: Path) -> None:
     """Least squares of relative errors on the fit half (even ids) for the calibrated coefficients:
 
-        prediction = fixed + (1 + F)·(A·activations + L·logits) + Q[kernel]·dequant + R[framework]
+        prediction = fixed + A·activations + L·logits + F·short + Q[kernel]·dequant + R[framework]
 
-    (F only where a tool reports reserved memory), where, with checkpointing, the stored layer
-    inputs are not scaled and the re-materialized layer adds only what exceeds the logits
-    (A·layer - L·logits when positive). That makes the model piecewise linear: the fit solves
-    the linear problem for the current pieces, recomputes which piece each row is on, and
-    repeats until no row changes piece. F is searched on a grid. The fit is constrained so that
-    no run of the fit half that succeeded is predicted not to fit its card: the planning peak
-    (the same terms with the dynamic margin instead of F, plus CUDA context and NCCL) stays within
-    the usable memory.
+    where, with checkpointing, the stored layer inputs are not scaled and the re-materialized layer
+    adds only what exceeds the logits (A·layer - L·logits when positive). F, the allocator's
+    fragmentation, applies only where a tool reports reserved memory and only to the short-lived
+    part (the logits, or with checkpointing the re-materialized layer when it is larger): those
+    few large tensors change size with each batch's length, while the activations kept through
+    the step are freed and reallocated in the same order every step. That makes the model
+    piecewise linear: the fit solves the linear problem for the current pieces, recomputes which
+    piece each row is on, and repeats until no row changes piece. F is searched on a grid. The fit
+    is constrained so that no run of the fit half that succeeded is predicted not to fit its card:
+    the planning peak (the same terms with the dynamic margin instead of F, plus CUDA context and
+    NCCL) stays within the usable memory.
     """
     rows = [c for _r, c, _ in cases(path) if c is not None and c.measured_gib is not None and c.id % 2 == 0]
     frameworks = sorted({c.opts.framework for c in rows})
@@ -446,11 +453,13 @@ def fit(path: Path) -> None:
                 layer = p.activations - p.stored if c.ckpt else p.activations
                 rest = [0.0 if gptq else p.dequant, p.dequant if gptq else 0.0]
                 rest += [1.0 if c.opts.framework == fw else 0.0 for fw in frameworks]
-                for f, rows_out in ((1.0 + (frag if c.reserved else 0.0), design), (margin, plan_design)):
-                    act = f * layer if layer_wins or not c.ckpt else 0.0
-                    rows_out.append([act, 0.0 if layer_wins else f * p.logits, *rest])
+                fr = 1.0 + (frag if c.reserved else 0.0)
+                act = (fr if layer_wins else 1.0) * layer if layer_wins or not c.ckpt else 0.0
+                design.append([act, 0.0 if layer_wins else fr * p.logits, *rest])
+                act = margin * layer if layer_wins or not c.ckpt else 0.0
+                plan_design.append([act, 0.0 if layer_wins else margin * p.logits, *rest])
                 stored = p.stored if c.ckpt else 0.0
-                target.append(c.measured_gib - p.fixed - (1.0 + (frag if c.reserved else 0.0)) * stored)  # type: ignore[operator]
+                target.append(c.measured_gib - p.fixed - stored)  # type: ignore[operator]
                 # 0.02 GiB to spare, so that the coefficients rounded to 3 digits keep the constraint
                 usable = c.card_gib * k.USABLE_MEMORY_FRACTION.value - 0.02 if c.ok else np.inf
                 plan_room.append(usable - p.fixed - p.overheads - margin * stored)

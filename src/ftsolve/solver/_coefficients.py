@@ -48,7 +48,7 @@ ACTIVATION_SCALE = Coefficient(
     _FITTED,
 )
 LOGITS_BYTES_PER_VALUE = Coefficient(
-    9.412,
+    9.419,
     "bytes per logit value (s·b·V)",
     "physics.md §3.3: bf16 logits + fp32 upcast + fp32 softmax for backward, 6..10 bytes",
     _FITTED,
@@ -67,9 +67,13 @@ DEQUANT_LAYERS_GPTQ = Coefficient(
     _FITTED + " (the GPTQ rows: Qwen README QLoRA, ms-swift GPTQ int4/int8)",
 )
 RESERVED_FRAGMENTATION = Coefficient(
-    1.6,
-    "x the dynamic part (activations and logits) added when a tool reports reserved memory",
-    "physics.md §5: reserved - allocated, worse with variable sequence lengths",
+    1.9,
+    "x the short-lived dynamic part (the logits, or with checkpointing the re-materialized layer "
+    "when larger) added when a tool reports reserved memory",
+    "physics.md §5: reserved - allocated, worse with variable sequence lengths; the few large "
+    "short-lived tensors change size with each batch, while activations kept through the step are "
+    "reallocated in the same order every step (ms-swift: 7B LoRA without checkpointing holds "
+    "10 GiB more than with it, not the 3x that fragmenting all activations would give)",
     _FITTED + " (only the ms-swift rows report reserved memory: variable-length data, 3234 +/- 2548 tokens)",
 )
 CHUNKED_LOGITS_BYTES_PER_VALUE = Coefficient(
@@ -112,13 +116,13 @@ LORA_STATE_BYTES_PER_PARAM = Coefficient(
 # fp32 gradient copy in full fine-tuning: 18 B/param, DeepSpeed's own estimator (physics.md §2.1).
 FRAMEWORK_RUNTIME_GIB: dict[str, Coefficient] = {
     "hf": Coefficient(
-        1.459,
+        1.456,
         "GiB",
         "HF Trainer/PEFT/accelerate runtime buffers",
         _FITTED + " (the HF rows: Qwen README LoRA/Q-LoRA, ms-swift, philschmid)",
     ),
     "deepspeed": Coefficient(
-        1.840,
+        1.839,
         "GiB",
         "as hf; the DeepSpeed buckets are modelled apart",
         _FITTED + " (the DeepSpeed rows: Qwen README full and multi-GPU)",

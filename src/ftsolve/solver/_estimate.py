@@ -28,7 +28,7 @@ from ftsolve.solver._memory import (
 
 # Error bands stated with every estimate: the measured accuracy of the model on
 # ../shared/data/measured.csv (benchmarks/memory_accuracy.py: 90th percentile of the absolute
-# error on the rows the coefficients were not fitted on, 20.9% on 2026-11-29), and a wider band
+# error on the rows the coefficients were not fitted on, 20.5% on 2026-11-29), and a wider band
 # when the architecture had to be guessed from a bare parameter count.
 ARCH_KNOWN_BAND = 0.21
 PARAM_COUNT_BAND = 0.40
