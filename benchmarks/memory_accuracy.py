@@ -392,22 +392,39 @@ def _pieces(case: Case) -> Pieces:
 
 
 def _constrained_lstsq(x: np.ndarray, y: np.ndarray, c: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """min |x·s - y|² subject to c·s <= d and s >= 0: the most violated row joins the equalities
-    until none is violated (an active set that only grows; enough for the few rows that bind)."""
-    c = np.vstack([c, -np.eye(x.shape[1])])
-    d = np.concatenate([d, np.zeros(x.shape[1])])
-    active: list[int] = []
-    while True:
+    """min |x·s - y|² subject to c·s <= d and s >= 0.
+
+    The primal active-set method for a convex quadratic program (Nocedal & Wright, Numerical
+    Optimization, algorithm 16.3), started from the feasible s = 0. A row with d < 0 is one no
+    s >= 0 can meet (its fixed terms alone exceed the card): it is left out.
+    """
+    m = x.shape[1]
+    c, d = c[d >= 0], d[d >= 0]
+    c = np.vstack([c, -np.eye(m)])
+    d = np.concatenate([d, np.zeros(m)])
+    h, xty = x.T @ x, x.T @ y
+    sol = np.zeros(m)
+    active = [i for i in range(len(d)) if abs(d[i]) <= 1e-12]
+    for _ in range(10 * len(d) + 10):
         eq = c[active]
-        kkt = np.block([[x.T @ x, eq.T], [eq, np.zeros((len(active), len(active)))]])
-        rhs = np.concatenate([x.T @ y, d[active]])
-        sol: np.ndarray = np.linalg.lstsq(kkt, rhs, rcond=None)[0][: x.shape[1]]
-        slack = d - c @ sol
-        worst = int(np.argmin(slack))
-        if slack[worst] >= -1e-9 or worst in active:
-            out: np.ndarray = np.maximum(sol, 0.0)
-            return out
-        active.append(worst)
+        kkt = np.block([[h, eq.T], [eq, np.zeros((len(active), len(active)))]])
+        rhs = np.concatenate([xty - h @ sol, np.zeros(len(active))])
+        step_and_mult = np.linalg.lstsq(kkt, rhs, rcond=None)[0]
+        step, mult = step_and_mult[:m], step_and_mult[m:]
+        if np.max(np.abs(step), initial=0.0) <= 1e-10 * (1.0 + np.max(np.abs(sol))):
+            if len(active) == 0 or mult.min() >= -1e-10:
+                out: np.ndarray = np.maximum(sol, 0.0)  # round-off below zero on an active bound
+                return out
+            active.pop(int(np.argmin(mult)))
+            continue
+        along = c @ step
+        blocking = [i for i in range(len(d)) if i not in active and along[i] > 1e-12]
+        ratios = [(d[i] - c[i] @ sol) / along[i] for i in blocking]
+        alpha = min([1.0, *ratios])
+        sol = sol + alpha * step
+        if alpha < 1.0:
+            active.append(blocking[int(np.argmin(ratios))])
+    raise RuntimeError("constrained least squares did not converge")
 
 
 def fit(path: Path) -> None:
