@@ -177,3 +177,19 @@ def test_planner_holds_fsdp_gradients_whole_only_when_it_accumulates() -> None:
         assert (whole + sharded > 14.0) == (accum > 1)
         seen.add(accum > 1)
     assert seen == {True, False}
+
+
+def test_a_plan_that_accumulates_under_fsdp_says_so() -> None:
+    job = ftsolve.JobSpec(
+        model="llama-3.1-70b", train_tokens=50_000_000, seq_len=2048, methods=("full",), global_batch_size=256
+    )
+    plans = ftsolve.plan(job, top=5).plans
+    fsdp = [p for p in plans if p.sharding == "zero3" and p.grad_accum > 1]
+    assert fsdp
+    for p in fsdp:
+        whole = p.memory.components_gib["unsharded_gradients"]
+        assert whole > 100  # 70B bf16 gradients, whole on every GPU
+        assert any(f"{whole:.1f} GiB of gradients stay unsharded" in a for a in p.assumptions)
+    for p in plans:
+        if p.grad_accum == 1:
+            assert not any("no_sync" in a for a in p.assumptions)

@@ -172,6 +172,13 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int,
             "CPU offload: the memory counts offloaded state as off the GPU; the time does not include "
             "the CPU optimizer step or the PCIe transfers, so it is optimistic"
         )
+    whole_gib = memory.components_gib.get("unsharded_gradients", 0.0)
+    if int(t.grad_accum[i]) > 1 and whole_gib > 0:
+        assumptions.append(
+            f"FSDP accumulates under no_sync (the accelerate and Lightning default): {whole_gib:.1f} GiB of "
+            "gradients stay unsharded until the step; syncing every micro-batch (accelerate's "
+            "sync_each_batch) saves that memory for more communication"
+        )
     if job.trial_runs or job.failure_probability:
         assumptions.append(
             "trial runs and failed attempts are priced as scaled copies of the final run on the same plan"
