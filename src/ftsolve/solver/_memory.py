@@ -241,6 +241,14 @@ class MemoryTerms:
         return MemoryTerms(static=self.static | {name: value}, per_sample=self.per_sample)
 
 
+def _gradient_bytes(sizes: ModelSizes, opts: MemoryOptions, full: B, full_grad_bytes: float) -> F:
+    """Unsharded gradient bytes of what trains: every weight, or the adapters and embedding copies."""
+    ag = adapter_state_bytes(opts.optimizer, opts.adapter_dtype)[1]
+    copies = sizes.embedding_params * embedding_copy_bytes(opts)[1] if opts.train_embeddings else 0.0
+    out: F = np.where(full, sizes.total_params * full_grad_bytes, sizes.lora_params * ag + copies)
+    return out
+
+
 def unsharded_gradient_bytes(
     sizes: ModelSizes, opts: MemoryOptions, method: I, shard: I, n_gpus: I, accumulating: B | bool
 ) -> F:
@@ -257,10 +265,7 @@ def unsharded_gradient_bytes(
     full = method == FULL
     deepspeed = opts.framework == "deepspeed"
     g_b = FULL_STATE_BYTES[opts.optimizer][1]
-    ag = adapter_state_bytes(opts.optimizer, opts.adapter_dtype)[1]
-    grad_bytes = np.where(full, sizes.total_params * g_b, sizes.lora_params * ag)
-    if opts.train_embeddings:
-        grad_bytes = grad_bytes + np.where(full, 0.0, sizes.embedding_params * embedding_copy_bytes(opts)[1])
+    grad_bytes = _gradient_bytes(sizes, opts, full, g_b)
     if opts.framework == "litgpt":
         grad_bytes = np.where(full, grad_bytes, sizes.total_params * 2.0)
     sharded = (shard == ZERO3) & (n > 1) & (not deepspeed)
@@ -295,7 +300,7 @@ def memory_terms(
         # + 8 (moments) = 18 B/param, the comment of its estimate_zero2_model_states_mem_needs
         # (physics.md §2.1); the bf16 gradient is not kept beside the fp32 one.
         g_b = 4.0
-    aw, ag, ao = adapter_state_bytes(opts.optimizer, opts.adapter_dtype)
+    aw, _, ao = adapter_state_bytes(opts.optimizer, opts.adapter_dtype)
     shard_w = np.where(shard == ZERO3, n, 1.0)
     shard_g = np.where(shard >= ZERO2, n, 1.0)
     shard_o = np.where(shard >= ZERO1, n, 1.0)
@@ -306,10 +311,10 @@ def memory_terms(
     # Trainable parameters: everything (full) or the adapters, plus embedding and lm_head copies
     # when they are trained as well (PEFT modules_to_save keeps the original and a trainable copy).
     extra = sizes.embedding_params if opts.train_embeddings else 0.0
-    cw, cg, co = embedding_copy_bytes(opts)
+    cw, _, co = embedding_copy_bytes(opts)
     adapters = np.where(full, 0.0, (sizes.lora_params * aw + extra * cw) / shard_w)
     trainable = np.where(full, sizes.total_params, sizes.lora_params + extra)
-    grad_bytes = np.where(full, sizes.total_params * g_b, sizes.lora_params * ag + extra * cg)
+    grad_bytes = _gradient_bytes(sizes, opts, full, g_b)
     grads = grad_bytes / shard_g
     if opts.offload_params:
         # Only the gathered units (below) are on the GPU; the shards wait in CPU memory.
