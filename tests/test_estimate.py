@@ -152,6 +152,7 @@ def test_planner_holds_fsdp_gradients_whole_only_when_it_accumulates() -> None:
 
     job = ftsolve.JobSpec(model="llama-3.1-8b", train_tokens=10_000_000, seq_len=2048, methods=("full",))
     catalog = ftsolve.load_catalog(user=False)
+    bf16_grads_gib = catalog.model("llama-3.1-8b").total_params() * 2 / 2**30  # 14.96 GiB
     t = build_candidates(job, catalog)
     fsdp = np.flatnonzero((t.shard == ZERO3) & (t.n_gpus > 1) & (t.micro_batch >= 1))
     seen = set()
@@ -174,7 +175,7 @@ def test_planner_holds_fsdp_gradients_whole_only_when_it_accumulates() -> None:
         assert whole == pytest.approx(est.components_gib["unsharded_gradients"], abs=0.01)
         # Accumulating under no_sync holds the whole bf16 gradient beside its shard.
         sharded = t.memory_gib(int(i))["gradients"]
-        assert (whole + sharded > 14.0) == (accum > 1)
+        assert (whole + sharded > 0.9 * bf16_grads_gib) == (accum > 1)
         seen.add(accum > 1)
     assert seen == {True, False}
 

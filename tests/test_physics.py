@@ -64,10 +64,25 @@ def test_lora_parameters_r16_all_linear() -> None:
 
 
 def _terms(
-    arch: ftsolve.ModelArch, method: int, quant: int, shard: int, ckpt: int, n: int, opt: str = "adamw"
+    arch: ftsolve.ModelArch,
+    method: int,
+    quant: int,
+    shard: int,
+    ckpt: int,
+    n: int,
+    opt: str = "adamw",
+    *,
+    options: MemoryOptions | None = None,
+    accumulating: bool = False,
 ) -> MemoryTerms:
-    sizes = ModelSizes.of(arch, 16, "all-linear")
-    return memory_terms(sizes, MemoryOptions(optimizer=opt), 2048, _a(method), _a(quant), _a(shard), _a(ckpt), _a(n))
+    opts = options or MemoryOptions(optimizer=opt)
+    sizes = ModelSizes.of(arch, 16, "all-linear", opts.framework)
+    a = (_a(method), _a(quant), _a(shard), _a(ckpt), _a(n))
+    return memory_terms(sizes, opts, 2048, *a, accumulating=accumulating)
+
+
+def _static_gib(t: MemoryTerms) -> dict[str, float]:
+    return {name: float(v[0]) for name, v in t.static.items()}
 
 
 def test_model_states_match_worked_totals() -> None:
@@ -228,11 +243,9 @@ def test_ddp_adds_gradient_buckets_zero3_adds_gathered_layers() -> None:
     assert float(lora["unsharded_gradients"][0]) == 0.0
 
 
-def _fsdp(method: int, framework: str, n: int, accumulating: bool, arch: ftsolve.ModelArch = L8) -> dict[str, float]:
-    sizes = ModelSizes.of(arch, 16, "all-linear", framework)
+def _fsdp(method: int, framework: str, n: int, accumulating: bool) -> dict[str, float]:
     opts = MemoryOptions(optimizer="adamw-bf16", framework=framework)
-    t = memory_terms(sizes, opts, 2048, _a(method), _a(Q16), _a(ZERO3), _a(1), _a(n), accumulating=accumulating)
-    return {name: float(v[0]) for name, v in t.static.items()}
+    return _static_gib(_terms(L8, method, Q16, ZERO3, 1, n, options=opts, accumulating=accumulating))
 
 
 @pytest.mark.parametrize("n", [2, 8])
@@ -253,11 +266,8 @@ def test_fsdp_accumulation_holds_gradients_unsharded(n: int) -> None:
     assert lit_one["gradients"] == pytest.approx(total * 2 / n)
     assert lit_one["unsharded_gradients"] == 0.0
     # DeepSpeed accumulates into its partitioned fp32 gradients: nothing is held whole.
-    ds = ModelSizes.of(L8, 16, "all-linear")
-    t = memory_terms(
-        ds, MemoryOptions(framework="deepspeed"), 2048, _a(FULL), _a(Q16), _a(ZERO3), _a(1), _a(n), accumulating=True
-    )
-    assert float(t.static["unsharded_gradients"][0]) == 0.0
+    ds = _terms(L8, FULL, Q16, ZERO3, 1, n, options=MemoryOptions(framework="deepspeed"), accumulating=True)
+    assert float(ds.static["unsharded_gradients"][0]) == 0.0
 
 
 def test_litgpt_holds_a_tied_table_twice() -> None:
@@ -284,9 +294,7 @@ def test_flops_per_token_match_worked_numbers() -> None:
 
 
 def _one_gpu(method: int, quant: int, ckpt: int, opts: MemoryOptions) -> dict[str, float]:
-    sizes = ModelSizes.of(L8, 16, "all-linear", opts.framework)
-    t = memory_terms(sizes, opts, 2048, _a(method), _a(quant), _a(NONE), _a(ckpt), _a(1))
-    return {name: float(v[0]) for name, v in t.static.items()}
+    return _static_gib(_terms(L8, method, quant, NONE, ckpt, 1, options=opts))
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "adamw-8bit", "adamw-fp32"])
