@@ -42,7 +42,7 @@ def test_memory_grows_with_the_things_that_should_grow_it() -> None:
 
     assert activations(MemoryOptions(lora_dropout=0.05)) > stored.components_gib["activations"]
     assert activations(MemoryOptions(flash_attention=False)) > stored.components_gib["activations"]
-    chunked = estimate_memory("llama-3.1-8b", method="lora", options=MemoryOptions(chunked_loss=True))
+    chunked = estimate_memory("llama-3.1-8b", method="lora", options=MemoryOptions(loss="chunked"))
     assert chunked.components_gib["logits"] < base.components_gib["logits"]
     # Optimizer regimes swing full fine-tuning by about 2x (physics.md §2.1).
     mixed = estimate_memory("llama-3.1-8b", method="full", options=MemoryOptions(optimizer="adamw"))
@@ -139,7 +139,7 @@ def test_double_quant_and_head_options_reach_the_cli_and_the_planner() -> None:
 
     assert weights("--no-double-quant") > weights()
     assert weights("--quantize-head") < weights()  # Llama-3.1-8B's untied head goes to NF4
-    assert weights("--framework", "litgpt") == weights("--quantize-head")
+    assert weights("--stack", "litgpt") == weights("--quantize-head")
     job = dict(model="llama-3.1-8b", train_tokens=10_000_000, seq_len=2048, methods=("qlora",))
     with_dq = ftsolve.plan(ftsolve.JobSpec(**job), top=1).plans[0]
     without = ftsolve.plan(ftsolve.JobSpec(**job, double_quant=False), top=1).plans[0]
@@ -182,14 +182,19 @@ def test_planner_holds_fsdp_gradients_whole_only_when_it_accumulates() -> None:
 
 def test_a_plan_that_accumulates_under_fsdp_says_so() -> None:
     job = ftsolve.JobSpec(
-        model="llama-3.1-70b", train_tokens=50_000_000, seq_len=2048, methods=("full",), global_batch_size=256
+        model="qwen2.5-14b",
+        train_tokens=50_000_000,
+        seq_len=2048,
+        methods=("full",),
+        global_batch_size=256,
+        max_nodes=1,
     )
-    plans = ftsolve.plan(job, top=5).plans
+    plans = ftsolve.plan(job, top=20).plans
     fsdp = [p for p in plans if p.sharding == "zero3" and p.grad_accum > 1]
     assert fsdp
     for p in fsdp:
         whole = p.memory.components_gib["unsharded_gradients"]
-        assert whole > 100  # 70B bf16 gradients, whole on every GPU
+        assert whole > 20  # 14.8B bf16 gradients, whole on every GPU but their own shard
         assert any(f"{whole:.1f} GiB of gradients stay unsharded" in a for a in p.assumptions)
     for p in plans:
         if p.grad_accum == 1:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -11,6 +13,7 @@ from ftsolve._units import parse_count
 from ftsolve.cli._common import console, errors
 from ftsolve.solver._estimate import estimate_memory, estimate_time
 from ftsolve.solver._memory import OPTIMIZERS, SHARD_NAMES, MemoryOptions
+from ftsolve.solver._stacks import LOSSES, STACK_NAMES
 
 
 def _target(model: str | None, config_path: Path | None, params: str | None) -> str | Path | float:
@@ -20,6 +23,69 @@ def _target(model: str | None, config_path: Path | None, params: str | None) -> 
     if config_path is not None:
         return config_path
     return float(parse_count(params, "params")) if params else str(model)
+
+
+def recipe_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The training-recipe switches shared by `estimate memory` and `estimate time`."""
+    options = [
+        click.option(
+            "--stack",
+            type=click.Choice(list(STACK_NAMES)),
+            default="hf",
+            show_default=True,
+            help="Training stack; its defaults fill the switches below that are not given.",
+        ),
+        click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True),
+        click.option("--lora-rank", type=int, default=16, show_default=True),
+        click.option(
+            "--lora-targets", type=click.Choice(["all-linear", "attention", "mlp", "qv"]), default="all-linear"
+        ),
+        click.option("--lora-dropout", type=float, default=0.0, show_default=True),
+        click.option("--adapter-dtype", type=click.Choice(["fp32", "bf16"]), help="Default: the stack's."),
+        click.option(
+            "--quant-kernel",
+            type=click.Choice(["bitsandbytes", "gptq"]),
+            default="bitsandbytes",
+            show_default=True,
+            help="Kernel of an int8/NF4 base: bitsandbytes, or a GPTQ checkpoint.",
+        ),
+        click.option("--double-quant/--no-double-quant", default=True, help="NF4 double quantization (on)."),
+        click.option(
+            "--quantize-head/--no-quantize-head", default=None, help="Quantize lm_head too (default: LitGPT only)."
+        ),
+        click.option("--no-flash", is_flag=True, help="Eager attention (no FlashAttention/SDPA)."),
+        click.option("--loss", type=click.Choice(list(LOSSES)), help="How the loss holds logits (the stack's)."),
+        click.option("--chunked-loss", is_flag=True, help="Same as --loss chunked."),
+        click.option("--optimizer-in-backward/--no-optimizer-in-backward", default=None, help="Step in backward."),
+        click.option("--activation-offload/--no-activation-offload", default=None, help="Saved tensors to CPU."),
+        click.option("--compile/--no-compile", default=None, help="torch.compile (recorded, not modelled)."),
+        click.option("--variable-length", is_flag=True, help="Batches of varying length (not packed)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def recipe_from_options(o: dict[str, Any]) -> MemoryOptions:
+    """MemoryOptions from the recipe switches: the stack's defaults under what was given."""
+    if o["chunked_loss"] and o["loss"] not in (None, "chunked"):
+        raise InvalidJobSpec(f"--chunked-loss contradicts --loss {o['loss']}")
+    return MemoryOptions.for_stack(
+        o["stack"],
+        optimizer=o["optimizer"],
+        lora_targets=o["lora_targets"],
+        lora_dropout=o["lora_dropout"],
+        adapter_dtype=o["adapter_dtype"],
+        quant_kernel=o["quant_kernel"],
+        double_quant=o["double_quant"],
+        quantized_head=o["quantize_head"],
+        flash_attention=not o["no_flash"],
+        loss="chunked" if o["chunked_loss"] else o["loss"],
+        optimizer_in_backward=o["optimizer_in_backward"],
+        activation_offload=o["activation_offload"],
+        compile=o["compile"],
+        variable_length=o["variable_length"],
+    )
 
 
 @click.group("estimate")
@@ -41,32 +107,7 @@ def estimate_group() -> None:
 @click.option("--gpus", "n_gpus", type=int, default=1, show_default=True)
 @click.option("--sharding", type=click.Choice(list(SHARD_NAMES)), default="none", show_default=True)
 @click.option("--ckpt/--no-ckpt", default=True, show_default=True, help="Gradient checkpointing.")
-@click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True)
-@click.option("--lora-rank", type=int, default=16, show_default=True)
-@click.option(
-    "--lora-targets",
-    type=click.Choice(["all-linear", "attention", "mlp", "qv"]),
-    default="all-linear",
-    show_default=True,
-)
-@click.option("--lora-dropout", type=float, default=0.0, show_default=True)
-@click.option("--adapter-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
-@click.option("--framework", type=click.Choice(["hf", "deepspeed", "litgpt"]), default="hf", show_default=True)
-@click.option(
-    "--quant-kernel",
-    type=click.Choice(["bitsandbytes", "gptq"]),
-    default="bitsandbytes",
-    show_default=True,
-    help="Kernel of an int8/NF4 base: bitsandbytes, or a GPTQ checkpoint.",
-)
-@click.option("--double-quant/--no-double-quant", default=True, show_default=True, help="NF4 double quantization.")
-@click.option(
-    "--quantize-head/--no-quantize-head",
-    default=None,
-    help="Quantize lm_head too (default: with --framework litgpt only).",
-)
-@click.option("--no-flash", is_flag=True, help="Eager attention (no FlashAttention/SDPA).")
-@click.option("--chunked-loss", is_flag=True, help="Chunked or fused cross-entropy.")
+@recipe_options
 @click.option("--gpu", help="Check the fit on this GPU (canonical id).")
 @click.option("--json", "as_json", is_flag=True)
 @errors
@@ -82,34 +123,13 @@ def estimate_memory_cmd(
     n_gpus: int,
     sharding: str,
     ckpt: bool,
-    optimizer: str,
-    lora_rank: int,
-    lora_targets: str,
-    lora_dropout: float,
-    adapter_dtype: str,
-    framework: str,
-    quant_kernel: str,
-    double_quant: bool,
-    quantize_head: bool | None,
-    no_flash: bool,
-    chunked_loss: bool,
     gpu: str | None,
     as_json: bool,
+    **recipe: Any,
 ) -> None:
     """Peak GPU memory per GPU, by component, for one training configuration."""
     target = _target(model, config_path, params)
-    opts = MemoryOptions(
-        optimizer=optimizer,
-        adapter_dtype=adapter_dtype,
-        lora_targets=lora_targets,
-        lora_dropout=lora_dropout,
-        flash_attention=not no_flash,
-        chunked_loss=chunked_loss,
-        framework=framework,
-        quant_kernel=quant_kernel,
-        double_quant=double_quant,
-        quantized_head=quantize_head,
-    )
+    opts = recipe_from_options(recipe)
     est = estimate_memory(
         target,
         method=method,  # type: ignore[arg-type]
@@ -120,7 +140,7 @@ def estimate_memory_cmd(
         sharding=sharding,
         gradient_checkpointing=ckpt,
         weight_precision=precision,  # type: ignore[arg-type]
-        lora_rank=lora_rank,
+        lora_rank=recipe["lora_rank"],
         options=opts,
         gpu=gpu,
     )
@@ -136,7 +156,13 @@ def estimate_memory_cmd(
     for name, gib in est.components_gib.items():
         if gib:
             con.print(f"  {name:18s} {gib:9.2f} GiB")
-    con.print(f"  {'peak per GPU':18s} {est.peak_gib:9.2f} GiB  (±{est.error_band:.0%}; {est.architecture_source})")
+    con.print(
+        f"  {'peak per GPU':18s} {est.peak_gib:9.2f} GiB  (±{est.error_band:.0%}; {est.architecture_source})"
+    )
+    con.print(
+        f"  as torch reports it: {est.allocated_gib:.2f} GiB allocated, {est.reserved_gib:.2f} GiB reserved; "
+        f"nvidia-smi about {est.device_gib:.2f} GiB"
+    )
     if est.gpu is not None:
         verdict = "fits" if est.fits else "does NOT fit"
         con.print(f"  {est.gpu}: usable {est.usable_gib:.1f} GiB -> {verdict}")
@@ -156,6 +182,8 @@ def estimate_memory_cmd(
 @click.option("--sharding", type=click.Choice(list(SHARD_NAMES)), default="none", show_default=True)
 @click.option("--ckpt/--no-ckpt", default=True, show_default=True, help="Gradient checkpointing.")
 @click.option("--network-gbit", type=float, help="Inter-node network per node in Gbit/s (default 100).")
+@click.option("--precision", type=click.Choice(["auto", "16-bit", "int8", "nf4"]), default="auto", show_default=True)
+@recipe_options
 @click.option("--tokens", help="Training tokens (50M, 1B) to turn throughput into hours.")
 @click.option(
     "--real-token-fraction",
@@ -183,6 +211,8 @@ def estimate_time_cmd(
     tokens: str | None,
     real_token_fraction: float,
     as_json: bool,
+    precision: str,
+    **recipe: Any,
 ) -> None:
     """Step time and tokens/s of one configuration, with the communication it exposes."""
     target = _target(model, config_path, params)
@@ -199,6 +229,9 @@ def estimate_time_cmd(
         nodes=nodes,
         sharding=sharding,
         gradient_checkpointing=ckpt,
+        weight_precision=precision,  # type: ignore[arg-type]
+        lora_rank=recipe["lora_rank"],
+        options=recipe_from_options(recipe),
         inter_node_gbit_per_s=network_gbit,
         train_tokens=parse_count(tokens) if tokens else None,
         real_token_fraction=real_token_fraction,

@@ -26,11 +26,10 @@ from ftsolve.solver._memory import (
     memory_terms,
 )
 
-# Error bands stated with every estimate: the measured accuracy of the model on
-# ../shared/data/measured.csv (benchmarks/memory_accuracy.py: 90th percentile of the absolute
-# error on the rows the coefficients were not fitted on, 20.5% on 2026-11-29), and a wider band
-# when the architecture had to be guessed from a bare parameter count.
-ARCH_KNOWN_BAND = 0.21
+# Error bands stated with every estimate: the leave-one-source-out accuracy of the model per
+# method and stack (k.memory_band), and a wider band when the architecture had to be guessed
+# from a bare parameter count.
+ARCH_KNOWN_BAND = k.MEMORY_BANDS["all"]
 PARAM_COUNT_BAND = 0.40
 
 
@@ -50,8 +49,17 @@ class MemoryEstimate(BaseModel):
     seq_len: int
     gradient_checkpointing: bool
     components_gib: dict[str, float] = Field(description="static parts and the dynamic parts incl. margin")
-    peak_gib: float
-    error_band: float = Field(description="relative: the measured p90 error, wider for a bare parameter count")
+    allocated_gib: float = Field(description="what torch.cuda.max_memory_allocated() would report")
+    reserved_gib: float = Field(description="what torch.cuda.max_memory_reserved() would report")
+    device_gib: float = Field(
+        description="what nvidia-smi would show: reserved + CUDA context + NCCL + managed (paged) memory"
+    )
+    managed_gib: float = Field(description="paged optimizer state in CUDA managed memory (pages out under pressure)")
+    peak_gib: float = Field(description="planning peak: reserved + context + NCCL + the dynamic margin")
+    error_band: float = Field(
+        description="relative: the leave-one-source-out p90 error for this method and stack, "
+        "wider for a bare parameter count"
+    )
     architecture_source: str
     gpu: str | None = None
     usable_gib: float | None = None
@@ -165,8 +173,13 @@ def estimate_memory(
     )
     margin = 1.0 + k.DYNAMIC_MARGIN.value
     parts = {name: float(v[0]) / k.GIB for name, v in terms.static.items()}
-    parts |= {name: float(v[0]) * micro_batch * margin / k.GIB for name, v in terms.per_sample.items()}
+    dynamic = {name: float(v[0]) * micro_batch / k.GIB for name, v in terms.per_sample.items()}
+    parts |= {name: v * margin for name, v in dynamic.items()}
+    managed = sum(float(v[0]) for v in terms.managed.values()) / k.GIB
     peak = float(terms.peak_bytes(a(micro_batch))[0]) / k.GIB
+    overheads = parts["cuda_context"] + parts["nccl"]
+    reserved = sum(parts.values()) - sum(dynamic.values()) * (margin - 1.0) - overheads
+    allocated = reserved - dynamic["fragmentation"]
     usable = fits = None
     if gpu is not None:
         spec = catalog.gpu(gpu)
@@ -184,8 +197,12 @@ def estimate_memory(
         seq_len=seq_len,
         gradient_checkpointing=gradient_checkpointing,
         components_gib={name: round(v, 3) for name, v in parts.items()},
+        allocated_gib=round(allocated, 3),
+        reserved_gib=round(reserved, 3),
+        device_gib=round(reserved + overheads + managed, 3),
+        managed_gib=round(managed, 3),
         peak_gib=round(peak, 3),
-        error_band=band,
+        error_band=max(k.memory_band(method, opts.stack), band if band == PARAM_COUNT_BAND else 0.0),
         architecture_source=where,
         gpu=gpu,
         usable_gib=usable,
@@ -297,6 +314,7 @@ def estimate_time(
         f(u),
         f(spec.memory_bandwidth_gb_per_s),
         f(bus),
+        opts.quant_kernel,
     )
     tps = float(st.tokens_per_s[0])
     hours = None if train_tokens is None else train_tokens / real_token_fraction / tps / 3600.0

@@ -243,7 +243,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     ranked plans are the same either way (see _market_rows), the candidate counts smaller.
     """
     arch = resolve_model(job, catalog)
-    sizes = ModelSizes.of(arch, job.lora_rank, job.lora_targets, job.framework)
+    sizes = ModelSizes.of(arch, job.lora_rank, job.lora_targets, job.memory_options().framework)
     arr = catalog.arrays
     scope_mask, scope = _scope(job, catalog)
     gpu_names = sorted(set(arr.gpu[scope_mask].tolist()))
@@ -334,6 +334,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
         util,
         mem_bw,
         bus,
+        opts.quant_kernel,
     )
     processed_tokens = job.train_tokens / job.real_token_fraction
     train_h = processed_tokens / st.tokens_per_s / 3600.0

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ftsolve._errors import InvalidJobSpec
 from ftsolve.catalog._models import ModelArch
 from ftsolve.solver._memory import MemoryOptions
+from ftsolve.solver._stacks import Loss, StackName
 
 Method = Literal["full", "lora", "qlora"]
 Market = Literal["on-demand", "interruptible", "fallback"]
@@ -60,7 +61,9 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model: str | ModelArch = Field(description="preset name (see `ftsolve models list`) or an architecture")
+    model: str | ModelArch = Field(
+        description="preset name (see `ftsolve models list`) or an architecture; a job file may name a config.json"
+    )
     train_tokens: int = Field(gt=0, description="tokens to train on, all epochs together")
     seq_len: int = Field(gt=0, le=1_048_576, description="sequence length in tokens")
     global_batch_size: int = Field(default=16, gt=0, description="sequences per optimizer step")
@@ -69,16 +72,34 @@ class JobSpec(BaseModel):
     lora_rank: int = Field(default=16, gt=0, le=4096)
     lora_targets: LoraTargets = "all-linear"
     lora_dropout: float = Field(default=0.0, ge=0, lt=1.0)
-    adapter_dtype: Literal["fp32", "bf16"] = Field(
-        default="fp32", description="PEFT keeps adapters in fp32; torchtune and LitGPT in bf16"
+    stack: StackName = Field(
+        default="hf",
+        description="training stack; its defaults (loss, adapter dtype, offload, ...) apply to the switches left unset",
+    )
+    adapter_dtype: Literal["fp32", "bf16"] | None = Field(
+        default=None, description="adapter weights' dtype (default: the stack's; PEFT fp32, torchtune/LitGPT bf16)"
     )
     train_embeddings: bool = Field(default=False, description="also train embed_tokens and lm_head (LoRA)")
     flash_attention: bool = Field(default=True, description="FlashAttention/SDPA; off means eager attention")
-    chunked_loss: bool = Field(default=False, description="chunked or fused cross-entropy (torchtune, Liger)")
+    loss: Loss | None = Field(
+        default=None,
+        description="how the loss holds logits: fp32-upcast, bf16, chunked (torchtune), fused (Liger, Unsloth); "
+        "default: the stack's",
+    )
+    optimizer_in_backward: bool | None = Field(
+        default=None, description="optimizer step fused into backward, gradients freed at once (torchtune)"
+    )
+    activation_offload: bool | None = Field(
+        default=None, description="activations saved for backward offloaded to CPU memory (torchtune, Unsloth)"
+    )
+    compile: bool | None = Field(default=None, description="torch.compile (recorded; no effect modelled yet)")
+    variable_length: bool = Field(
+        default=False, description="batches padded to their longest sample (not packed): the allocator fragments"
+    )
     offload_optimizer: bool = Field(default=False, description="optimizer state in CPU memory (ZeRO-Offload)")
     offload_params: bool = Field(default=False, description="FSDP CPU offload of parameters and gradients")
-    framework: Literal["hf", "deepspeed", "litgpt"] = Field(
-        default="hf", description="training stack: HF Trainer/PEFT/FSDP, DeepSpeed ZeRO, or LitGPT"
+    quant_kernel: Literal["bitsandbytes", "gptq"] = Field(
+        default="bitsandbytes", description="kernel of an int8/NF4 base: bitsandbytes, or a GPTQ checkpoint"
     )
     double_quant: bool = Field(default=True, description="QLoRA double quantization of the NF4 constants")
     quantized_head: bool | None = Field(
@@ -142,19 +163,24 @@ class JobSpec(BaseModel):
         return self
 
     def memory_options(self) -> MemoryOptions:
-        return MemoryOptions(
+        return MemoryOptions.for_stack(
+            self.stack,
             optimizer=self.optimizer,
             adapter_dtype=self.adapter_dtype,
             lora_targets=self.lora_targets,
             lora_dropout=self.lora_dropout,
             train_embeddings=self.train_embeddings,
             flash_attention=self.flash_attention,
-            chunked_loss=self.chunked_loss,
+            loss=self.loss,
             offload_optimizer=self.offload_optimizer,
             offload_params=self.offload_params,
-            framework=self.framework,
             double_quant=self.double_quant,
             quantized_head=self.quantized_head,
+            optimizer_in_backward=self.optimizer_in_backward,
+            activation_offload=self.activation_offload,
+            compile=self.compile,
+            variable_length=self.variable_length,
+            quant_kernel=self.quant_kernel,
         )
 
     @classmethod

@@ -8,13 +8,15 @@ closed form.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ftsolve.catalog._models import ModelArch
 from ftsolve.solver import _coefficients as k
+from ftsolve.solver._stacks import LOSS_BYTES_PER_LOGIT, STACKS
 
 F = NDArray[np.float64]
 I = NDArray[np.int64]
@@ -81,7 +83,11 @@ def embedding_copy_bytes(opts: MemoryOptions) -> tuple[float, float, float]:
 
 @dataclass(frozen=True)
 class MemoryOptions:
-    """Job-level choices that change memory but are not searched over by the planner."""
+    """Job-level choices that change memory but are not searched over by the planner.
+
+    Construct with `MemoryOptions.for_stack(stack, ...)` to start from a training stack's
+    defaults (_stacks.py); the plain constructor gives the `hf` stack's.
+    """
 
     optimizer: str = "adamw"
     adapter_dtype: str = "fp32"
@@ -89,10 +95,10 @@ class MemoryOptions:
     lora_dropout: float = 0.0
     train_embeddings: bool = False
     flash_attention: bool = True
-    chunked_loss: bool = False
+    loss: str = "fp32-upcast"  # how the loss holds logits, see _stacks.LOSS_BYTES_PER_LOGIT
     offload_optimizer: bool = False
     offload_params: bool = False  # FSDP cpu_offload: parameters and gradients live in CPU memory
-    framework: str = "hf"  # hf (Trainer/PEFT/FSDP), deepspeed, litgpt
+    stack: str = "hf"  # training stack (_stacks.STACKS); its runtime family decides accounting quirks
     # Kernel of an int8/4-bit base: bitsandbytes (QLoRA's NF4, LLM.int8) or gptq (a GPTQ-quantized
     # checkpoint such as Qwen's *-Int4 models trained through auto-gptq kernels).
     quant_kernel: str = "bitsandbytes"
@@ -100,6 +106,34 @@ class MemoryOptions:
     # lm_head quantized with the layers (None: the framework's default; LitGPT's bitsandbytes
     # plugin replaces every nn.Linear, transformers keeps lm_head in 16 bits).
     quantized_head: bool | None = None
+    optimizer_in_backward: bool = False  # each gradient applied and freed as backward produces it
+    activation_offload: bool = False  # tensors saved for backward wait in CPU memory
+    compile: bool = False  # torch.compile: recorded; no memory or time effect is modelled yet
+    # Batches of varying length (padded per batch, not packed or padded to seq_len): the caching
+    # allocator then reserves beyond what is allocated for the short-lived tensors.
+    variable_length: bool = False
+
+    @classmethod
+    def for_stack(cls, stack: str = "hf", **overrides: Any) -> MemoryOptions:
+        """The stack's defaults, with the given fields (those not None) overriding them."""
+        if stack not in STACKS:
+            raise ValueError(f"unknown stack {stack!r}: choose one of {', '.join(STACKS)}")
+        s = STACKS[stack]
+        fields: dict[str, Any] = {
+            "stack": stack,
+            "loss": s.loss,
+            "adapter_dtype": s.adapter_dtype,
+            "optimizer_in_backward": s.optimizer_in_backward,
+            "activation_offload": s.activation_offload,
+            "compile": s.compile,
+        }
+        fields |= {name: value for name, value in overrides.items() if value is not None}
+        return cls(**fields)
+
+    @property
+    def framework(self) -> str:
+        """The stack's runtime family: hf, deepspeed or litgpt (see _stacks.Stack)."""
+        return STACKS[self.stack].runtime
 
     def head_is_quantized(self) -> bool:
         return self.framework == "litgpt" if self.quantized_head is None else self.quantized_head
@@ -139,7 +173,7 @@ class ModelSizes:
             linear_params=float(arch.linear_params_in_layers()),
             other_params=float(arch.total_params() - arch.linear_params_in_layers()),
             lora_params=float(arch.lora_params(lora_rank, lora_targets)),
-            layer_params=float(arch.attention_params_per_layer() + arch.mlp_params_per_layer()),
+            layer_params=float(arch.largest_layer_params()),
             embedding_table_params=float(arch.vocab_size * arch.hidden_size),
             embedding_params=float(arch.embedding_params()),
             matmul_params_active=float(arch.matmul_params(active=True)),
@@ -149,8 +183,10 @@ class ModelSizes:
             heads=arch.num_heads,
             q_dim=arch.q_dim,
             kv_dim=arch.kv_dim,
-            intermediate=arch.intermediate_size,
-            experts_per_token=arch.experts_per_token,
+            # Activations see the MLP width a token passes through (top-k experts and the shared
+            # expert, averaged with any dense layers), kept as a multiple of one expert's width.
+            intermediate=arch.expert_intermediate,
+            experts_per_token=max(1, round(arch.mlp_width_per_token() / arch.expert_intermediate)),
             gated=arch.gated_mlp,
         )
 
@@ -199,6 +235,16 @@ class ModelSizes:
         return 2.0 * units
 
 
+def largest_linear(sizes: ModelSizes) -> float:
+    """Elements of a decoder layer's widest linear weight (an MLP matrix, or q/o projections)."""
+    return float(sizes.hidden * max(sizes.intermediate, sizes.q_dim, sizes.kv_dim))
+
+
+def largest_param(sizes: ModelSizes) -> float:
+    """Elements of the largest single weight: the embedding table or a layer's widest linear."""
+    return max(float(sizes.embedding_table_params), largest_linear(sizes))
+
+
 def base_weight_bytes(
     sizes: ModelSizes, method: I, quant: I, dense_bytes: float = 2.0, opts: MemoryOptions | None = None
 ) -> F:
@@ -224,6 +270,9 @@ class MemoryTerms:
 
     static: dict[str, F]
     per_sample: dict[str, F]
+    # CUDA managed memory (paged optimizer state): on the GPU while there is room, paged out
+    # under pressure, so it neither causes an out-of-memory error nor shows in torch's counters.
+    managed: dict[str, F] = field(default_factory=dict)
 
     def static_total(self) -> F:
         out: F = np.sum(np.stack(list(self.static.values())), axis=0)
@@ -238,7 +287,7 @@ class MemoryTerms:
 
     def with_static(self, name: str, value: F) -> MemoryTerms:
         """The same terms with one static component replaced."""
-        return MemoryTerms(static=self.static | {name: value}, per_sample=self.per_sample)
+        return MemoryTerms(static=self.static | {name: value}, per_sample=self.per_sample, managed=self.managed)
 
 
 def _gradient_bytes(sizes: ModelSizes, opts: MemoryOptions, full: B, full_grad_bytes: float) -> F:
@@ -316,11 +365,19 @@ def memory_terms(
     trainable = np.where(full, sizes.total_params, sizes.lora_params + extra)
     grad_bytes = _gradient_bytes(sizes, opts, full, g_b)
     grads = grad_bytes / shard_g
+    if opts.optimizer_in_backward:
+        # Each parameter is stepped in its gradient hook and its gradient freed (torchtune's
+        # optimizer_in_bwd): at most the largest single gradient is alive at once.
+        grads = np.minimum(grads, largest_param(sizes) * g_b / shard_g)
     if opts.offload_params:
         # Only the gathered units (below) are on the GPU; the shards wait in CPU memory.
         weights, adapters, grads = weights * 0.0, adapters * 0.0, grads * 0.0
     on_gpu_optim = 0.0 if opts.offload_optimizer or opts.offload_params else 1.0
     optim = np.where(full, sizes.total_params * o_b, sizes.lora_params * ao + extra * co) / shard_o * on_gpu_optim
+    # bitsandbytes allocates paged optimizer state in CUDA managed memory (cudaMallocManaged): the
+    # driver pages it to CPU memory under pressure, and torch's allocator never counts it.
+    paged = optim if opts.optimizer.startswith("paged") else optim * 0.0
+    optim = optim - paged
 
     layer_storage = np.where(full, w_b, base / sizes.total_params)
     if deepspeed:
@@ -355,14 +412,17 @@ def memory_terms(
     frozen_copies = np.where(ckpt == 1, sizes.linear_params / sizes.layers, sizes.linear_params) + head
     copies = np.where(full, sizes.linear_params + head, np.where(quant == Q16, frozen_copies, 0.0)) * 2.0
     autocast = np.where((dense == 4.0) & ~((shard == ZERO3) & (n > 1)), copies, 0.0)
-    # Dequantization workspace: NF4/int8 linears are expanded to bf16 one layer at a time.
-    dequant_layers = k.DEQUANT_LAYERS_GPTQ if opts.quant_kernel == "gptq" else k.DEQUANT_LAYERS
-    dequant = np.where(quant != Q16, dequant_layers.value * sizes.layer_params * 2.0, 0.0)
+    # Dequantization workspace: bitsandbytes expands one linear's weight to bf16 for its matmul,
+    # in forward and again in backward, and frees it after (bitsandbytes autograd/_functions.py
+    # MatMul4Bit: F.dequantize_4bit(B, quant_state) inside the matmul call); GPTQ kernels
+    # dequantize tile by tile inside the matmul and hold no bf16 copy.
+    widest = 0.0 if opts.quant_kernel == "gptq" else largest_linear(sizes) * 2.0
+    dequant = np.where(quant != Q16, widest, 0.0)
     if opts.head_is_quantized():
         # A quantized head is dequantized to bf16 whole in forward and backward, at the logits'
         # peak (LitGPT's bitsandbytes plugin quantizes it, see MemoryOptions).
         dequant = dequant + np.where(quant != Q16, sizes.embedding_table_params * 2.0, 0.0)
-    runtime = np.full(np.broadcast(n, method).shape, k.FRAMEWORK_RUNTIME_GIB[opts.framework].value * k.GIB)
+    runtime = np.full(np.broadcast(n, method).shape, k.runtime_gib(opts.stack).value * k.GIB)
     context = np.full(np.broadcast(n, method).shape, k.CUDA_CONTEXT_GIB.value * k.GIB)
     nccl = np.where(n > 1, k.NCCL_GIB.value * k.GIB, 0.0)
 
@@ -386,15 +446,21 @@ def memory_terms(
         # per token and layer (physics.md §3.1: 5 with dropout masks in Korthikanti's count).
         c = c + k.EAGER_ATTENTION_BYTES_PER_SCORE.value * sizes.heads * s / h
     per_layer = c * s * h
-    logit_bytes = k.CHUNKED_LOGITS_BYTES_PER_VALUE.value if opts.chunked_loss else k.LOGITS_BYTES_PER_VALUE.value
-    logit_total = s * sizes.vocab * logit_bytes
+    logit_total = s * sizes.vocab * LOSS_BYTES_PER_LOGIT[opts.loss]
     # Without checkpointing every layer's activations are alive when the logits are. With it,
     # the stored layer inputs are, but the one re-materialized layer comes after the loss and
     # lm_head backward have freed the logits: that phase needs only what exceeds them.
-    activations = np.where(
-        ckpt == 1, 2.0 * s * h * layers + np.maximum(per_layer - logit_total, 0.0), per_layer * layers
-    )
-    logits = np.full_like(activations, logit_total)
+    stored = np.where(ckpt == 1, 2.0 * s * h, per_layer) * layers
+    if opts.activation_offload:
+        # Saved tensors stream to CPU as forward produces them (torchtune's OffloadActivations,
+        # Unsloth's offloaded checkpointing): one layer's set in use and one in transfer stay.
+        stored = np.minimum(stored, 2.0 * np.where(ckpt == 1, 2.0 * s * h, per_layer))
+    recompute = np.where(ckpt == 1, np.maximum(per_layer - logit_total, 0.0), 0.0)
+    logits = np.full_like(stored, logit_total)
+    # With batches of varying length the caching allocator keeps blocks of earlier, differently
+    # sized short-lived tensors (the logits, the re-materialized layer) reserved beside the live
+    # ones; activations kept through the step are reallocated in the same order every step.
+    frag = k.RESERVED_FRAGMENTATION.value * (logits + recompute) if opts.variable_length else 0.0 * logits
 
     shape = np.broadcast(n, method, quant, shard, ckpt).shape
 
@@ -416,7 +482,13 @@ def memory_terms(
             "cuda_context": b(context),
             "nccl": b(nccl),
         },
-        per_sample={"activations": b(activations), "logits": b(logits)},
+        per_sample={
+            "activations": b(stored),
+            "recompute": b(recompute),
+            "logits": b(logits),
+            "fragmentation": b(frag),
+        },
+        managed={"paged_optimizer": b(paged)},
     )
 
 

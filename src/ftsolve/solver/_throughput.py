@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from ftsolve._errors import CatalogError
 from ftsolve.catalog._models import GpuSpec
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._memory import (
@@ -41,7 +42,14 @@ def flops_per_token(sizes: ModelSizes, seq_len: int, method: I, ckpt: I) -> F:
 
 
 def utilization(gpu: GpuSpec) -> k.Coefficient:
-    return k.UTILIZATION_BY_ARCH.get(gpu.architecture, k.UTILIZATION_BY_ARCH["default"])
+    """The architecture's hardware utilization; every architecture in gpus.csv has its own entry."""
+    try:
+        return k.UTILIZATION_BY_ARCH[gpu.architecture]
+    except KeyError:
+        raise CatalogError(
+            f"GPU {gpu.name!r}: no utilization for architecture {gpu.architecture!r}; add it to "
+            "UTILIZATION_BY_ARCH in solver/_coefficients.py"
+        ) from None
 
 
 def intra_node_bus_gb_per_s(gpu: GpuSpec) -> float:
@@ -87,6 +95,7 @@ def step_time(
     util: F,
     mem_bw_gb_per_s: F,
     bus_gb_per_s: F,
+    quant_kernel: str = "bitsandbytes",
 ) -> StepTime:
     """Time of one optimizer step on n GPUs (data parallel over all of them)."""
     n = n_gpus.astype(np.float64)
@@ -108,7 +117,7 @@ def step_time(
         quant != Q16,
         passes
         * sizes.linear_params
-        * k.DEQUANT_BYTES_PER_PARAM.value
+        * k.DEQUANT_BYTES_PER_PARAM[quant_kernel].value
         / (mem_bw_gb_per_s * 1e9 * k.WEIGHT_STREAM_EFFICIENCY.value),
         0.0,
     )

@@ -1,0 +1,228 @@
+"""Training stacks: what each one does by default that changes peak memory or step time.
+
+A stack is a small record of defaults, each with the file of the stack's own source that shows
+it; docs/stacks.md has the commits, line numbers and the derivations behind every entry. A job
+names its stack (`JobSpec.stack`, `--stack`); every switch is also a job field of its own, so a
+user of any stack can state what they run, and an explicit field wins over the stack's
+default. Exports read the same record (one place for what a stack does).
+
+Loss computation (`loss`), bytes held per logit value (s·V per sequence) at the loss peak:
+- `fp32-upcast`: bf16 logits from lm_head, an fp32 copy for the loss, and log-softmax's fp32
+  output saved for backward; in backward the fp32 gradient of the log-probabilities and of the
+  logits exist together with the saved output: 2 + 4 + 4 forward, 4 + 4 + 4 backward -> 12.
+  transformers' ForCausalLMLoss (`logits = logits.float()`, loss_utils.py).
+- `bf16`: cross-entropy straight on bf16 logits (Qwen-1 remote modelling code, LitGPT's
+  chunked_cross_entropy): logits, a contiguous shifted copy and the saved log-probabilities in bf16
+  forward, 2 + 2 + 2; backward 2 + 2 + 2 -> 6.
+- `chunked`: torchtune's CEWithChunkedOutputLoss: lm_head output in 8 bf16 chunks (2), each chunk
+  upcast for its loss in turn, so one fp32 chunk copy (4/8) lives at a time while every chunk's
+  fp32 log-probabilities are saved (4) -> 6.5.
+- `fused`: fused linear cross-entropy (Liger, Unsloth, cut-cross-entropy): logits exist one chunk
+  at a time and their gradient is written in place: about one bf16 value -> 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Loss = Literal["fp32-upcast", "bf16", "chunked", "fused"]
+LOSSES: tuple[Loss, ...] = ("fp32-upcast", "bf16", "chunked", "fused")
+StackName = Literal["hf", "accelerate-fsdp", "deepspeed", "torchtune", "axolotl", "unsloth", "litgpt", "ms-swift"]
+Runtime = Literal["hf", "deepspeed", "litgpt"]
+
+LOSS_BYTES_PER_LOGIT: dict[str, float] = {"fp32-upcast": 12.0, "bf16": 6.0, "chunked": 6.5, "fused": 2.0}
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Defaults of one training stack that change memory or time.
+
+    `runtime` is the family whose memory accounting it shares: `hf` (transformers/PEFT/accelerate
+    FSDP, which accumulates under no_sync with unsharded gradients), `deepspeed` (fp32 gradient
+    partitions and bucket buffers) or `litgpt` (Lightning Fabric: an untied lm_head, FlatParameter
+    gradients of full size under FSDP, a quantized head).
+    """
+
+    name: StackName
+    label: str
+    runtime: Runtime
+    loss: Loss
+    adapter_dtype: Literal["fp32", "bf16"]
+    gradient_checkpointing: bool  # default of its standard recipes
+    optimizer_in_backward: bool = False
+    activation_offload: bool = False
+    compile: bool = False
+    fsdp_unsharded_accumulation: bool = True  # no_sync() keeps gradients whole between syncs
+    sources: tuple[tuple[str, str], ...] = ()  # (fact, where the stack's source shows it)
+
+
+_TF = "huggingface/transformers"
+_PEFT_UPCAST = (
+    "adapters in fp32",
+    "huggingface/peft src/peft/tuners/tuners_utils.py: autocast_adapter_dtype=True casts bf16/fp16 "
+    "adapter weights to fp32 (_cast_adapter_dtype)",
+)
+_HF_LOSS = (
+    "loss upcasts logits to fp32",
+    f"{_TF} src/transformers/loss/loss_utils.py ForCausalLMLoss: `logits = logits.float()`",
+)
+_HF_CKPT = (
+    "gradient checkpointing off unless asked",
+    f"{_TF} src/transformers/training_args.py: gradient_checkpointing: bool = False",
+)
+
+STACKS: dict[str, Stack] = {
+    s.name: s
+    for s in (
+        Stack(
+            "hf",
+            "transformers Trainer + PEFT",
+            "hf",
+            "fp32-upcast",
+            "fp32",
+            gradient_checkpointing=False,
+            sources=(_HF_LOSS, _PEFT_UPCAST, _HF_CKPT),
+        ),
+        Stack(
+            "accelerate-fsdp",
+            "accelerate + FSDP (Trainer or plain loop)",
+            "hf",
+            "fp32-upcast",
+            "fp32",
+            gradient_checkpointing=False,
+            sources=(
+                _HF_LOSS,
+                _PEFT_UPCAST,
+                (
+                    "accumulation under no_sync keeps unsharded gradients",
+                    "huggingface/accelerate src/accelerate/accelerator.py no_sync / "
+                    "GradientAccumulationPlugin.sync_each_batch=False",
+                ),
+            ),
+        ),
+        Stack(
+            "deepspeed",
+            "transformers Trainer + DeepSpeed ZeRO",
+            "deepspeed",
+            "fp32-upcast",
+            "fp32",
+            gradient_checkpointing=False,
+            fsdp_unsharded_accumulation=False,
+            sources=(
+                _HF_LOSS,
+                (
+                    "fp32 gradient partitions and bucket buffers",
+                    "deepspeedai/DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py; "
+                    "estimate_zero2_model_states_mem_needs (18 B/param)",
+                ),
+            ),
+        ),
+        Stack(
+            "torchtune",
+            "torchtune recipes",
+            "hf",
+            "chunked",
+            "bf16",
+            gradient_checkpointing=True,
+            fsdp_unsharded_accumulation=False,
+            sources=(
+                (
+                    "chunked cross-entropy over 8 output chunks",
+                    "pytorch/torchtune torchtune/modules/loss/ce_chunked_output_loss.py "
+                    "CEWithChunkedOutputLoss(num_output_chunks=8): `logits_chunk.float()` per chunk",
+                ),
+                (
+                    "whole model, adapters included, in bf16",
+                    "pytorch/torchtune recipes/configs/llama3_1/8B_lora_single_device.yaml: dtype: bf16",
+                ),
+                (
+                    "activation checkpointing on",
+                    "pytorch/torchtune recipes/configs/llama3_1/*.yaml: enable_activation_checkpointing: True",
+                ),
+                (
+                    "FSDP2 reduce-scatters gradients every backward (no no_sync)",
+                    "pytorch/torchtune recipes/full_finetune_distributed.py: loss.backward() per micro-batch",
+                ),
+            ),
+        ),
+        Stack(
+            "axolotl",
+            "axolotl (transformers Trainer + PEFT)",
+            "hf",
+            "fp32-upcast",
+            "fp32",
+            gradient_checkpointing=True,
+            sources=(
+                _HF_LOSS,
+                _PEFT_UPCAST,
+                (
+                    "gradient checkpointing on in its examples",
+                    "axolotl-ai-cloud/axolotl examples/llama-3/lora-8b.yml: gradient_checkpointing: true",
+                ),
+            ),
+        ),
+        Stack(
+            "unsloth",
+            "Unsloth (patched transformers + PEFT)",
+            "hf",
+            "fused",
+            "fp32",
+            gradient_checkpointing=True,
+            activation_offload=True,
+            sources=(
+                (
+                    "fused cross-entropy on bf16 logits, gradient in place",
+                    "unslothai/unsloth unsloth/kernels/cross_entropy_loss.py fast_cross_entropy_loss",
+                ),
+                (
+                    "'unsloth' gradient checkpointing offloads the stored layer inputs to CPU",
+                    "unslothai/unsloth unsloth/models/_utils.py Unsloth_Offloaded_Gradient_Checkpointer "
+                    "(use_gradient_checkpointing='unsloth')",
+                ),
+                _PEFT_UPCAST,
+            ),
+        ),
+        Stack(
+            "litgpt",
+            "LitGPT (Lightning Fabric)",
+            "litgpt",
+            "bf16",
+            "bf16",
+            gradient_checkpointing=False,
+            sources=(
+                (
+                    "chunked cross-entropy on bf16 logits",
+                    "Lightning-AI/litgpt litgpt/utils.py chunked_cross_entropy; finetune/lora.py "
+                    "model(input_ids, lm_head_chunk_size=128)",
+                ),
+                (
+                    "bf16-true precision: adapters in bf16",
+                    "Lightning-AI/litgpt config_hub/finetune/*/lora.yaml: precision: bf16-true",
+                ),
+                (
+                    "untied lm_head, quantized with the layers",
+                    "Lightning-AI/litgpt litgpt/model.py GPT.lm_head; litgpt/utils.py BitsandbytesPrecision "
+                    "replaces every nn.Linear",
+                ),
+            ),
+        ),
+        Stack(
+            "ms-swift",
+            "ms-swift (swift sft, transformers Trainer + PEFT)",
+            "hf",
+            "fp32-upcast",
+            "fp32",
+            gradient_checkpointing=True,
+            sources=(
+                (
+                    "gradient checkpointing on by default",
+                    "modelscope/ms-swift swift/llm/utils/argument.py SftArguments.gradient_checkpointing: "
+                    "Optional[bool] = None (on unless disabled)",
+                ),
+                _PEFT_UPCAST,
+            ),
+        ),
+    )
+}
+STACK_NAMES: tuple[str, ...] = tuple(STACKS)

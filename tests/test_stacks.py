@@ -1,0 +1,109 @@
+"""Training stacks as input: their defaults, the switches that override them, and what each
+mechanism does to the memory estimate."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import pytest
+from click.testing import CliRunner
+
+import ftsolve
+from ftsolve.catalog import load_catalog
+from ftsolve.cli import cli
+from ftsolve.solver._estimate import estimate_memory
+from ftsolve.solver._memory import MemoryOptions
+from ftsolve.solver._stacks import LOSS_BYTES_PER_LOGIT, STACKS
+from ftsolve.solver._throughput import utilization
+
+L8 = "llama-3.1-8b"
+Method = Literal["full", "lora", "qlora"]
+
+
+def test_every_architecture_in_the_gpu_table_has_its_own_utilization() -> None:
+    # No silent default: an architecture without an entry would raise here.
+    for gpu in load_catalog(user=False).gpus.values():
+        assert 0 < utilization(gpu).value < 1, gpu.name
+    ada = load_catalog(user=False).gpu("l40s")
+    assert ada.architecture == "Ada"
+    assert utilization(ada).value == 0.45
+
+
+def test_every_stack_cites_its_sources_and_names_known_kinds() -> None:
+    for stack in STACKS.values():
+        assert stack.sources, stack.name
+        assert stack.loss in LOSS_BYTES_PER_LOGIT
+        assert all(fact and where for fact, where in stack.sources)
+
+
+def test_a_stack_fills_what_the_job_leaves_unset() -> None:
+    tune = ftsolve.JobSpec(model=L8, train_tokens=10**7, seq_len=2048, stack="torchtune").memory_options()
+    assert (tune.loss, tune.adapter_dtype, tune.framework) == ("chunked", "bf16", "hf")
+    own = ftsolve.JobSpec(model=L8, train_tokens=10**7, seq_len=2048, stack="torchtune", loss="fused")
+    assert own.memory_options().loss == "fused"
+    assert ftsolve.JobSpec(model=L8, train_tokens=10**7, seq_len=2048).memory_options().loss == "fp32-upcast"
+
+
+def _est(method: Method = "lora", ckpt: bool = False, **opts: Any) -> ftsolve.MemoryEstimate:
+    return estimate_memory(
+        L8, method=method, seq_len=4096, micro_batch=2, gradient_checkpointing=ckpt, options=MemoryOptions(**opts)
+    )
+
+
+def test_logits_follow_how_the_loss_holds_them() -> None:
+    logits = {loss: _est(loss=loss).components_gib["logits"] for loss in LOSS_BYTES_PER_LOGIT}
+    assert logits["fused"] < logits["bf16"] < logits["chunked"] < logits["fp32-upcast"]
+    ratio = logits["fp32-upcast"] / logits["fused"]
+    assert ratio == pytest.approx(LOSS_BYTES_PER_LOGIT["fp32-upcast"] / LOSS_BYTES_PER_LOGIT["fused"], rel=1e-3)
+
+
+def test_optimizer_in_backward_keeps_one_gradient_alive() -> None:
+    plain = _est("full", optimizer="adamw-bf16")
+    fused = _est("full", optimizer="adamw-bf16", optimizer_in_backward=True)
+    # Llama-3.1-8B's largest weight is its embedding table: 128256 x 4096 bf16 values.
+    assert fused.components_gib["gradients"] == pytest.approx(128256 * 4096 * 2 / 2**30, rel=1e-3)
+    assert plain.components_gib["gradients"] > 10 * fused.components_gib["gradients"]
+
+
+def test_activation_offload_keeps_two_layers_on_the_gpu() -> None:
+    kept = _est(activation_offload=True).components_gib["activations"]
+    all_layers = _est().components_gib["activations"]
+    assert kept == pytest.approx(all_layers * 2 / 32, rel=1e-3)  # 32 layers, two stay
+
+
+def test_paged_optimizer_state_is_managed_memory_outside_torch_counters() -> None:
+    paged = _est("full", optimizer="paged-adamw-8bit")
+    plain = _est("full", optimizer="adamw-8bit")
+    assert paged.components_gib["optimizer"] == 0.0
+    assert paged.managed_gib == pytest.approx(plain.components_gib["optimizer"], rel=1e-3)
+    assert paged.allocated_gib == pytest.approx(plain.allocated_gib - paged.managed_gib, rel=1e-3)
+    assert paged.device_gib > paged.reserved_gib + paged.managed_gib - 1e-3
+
+
+def test_variable_length_batches_reserve_beyond_allocated() -> None:
+    fixed, varying = _est(ckpt=True), _est(ckpt=True, variable_length=True)
+    assert fixed.reserved_gib == fixed.allocated_gib
+    assert varying.allocated_gib == fixed.allocated_gib
+    assert varying.reserved_gib > varying.allocated_gib
+    assert varying.peak_gib > fixed.peak_gib
+
+
+def test_stack_and_switches_reach_the_cli() -> None:
+    def logits(*args: str) -> float:
+        r = CliRunner().invoke(cli, ["estimate", "memory", "--model", L8, "--json", *args])
+        assert r.exit_code == 0, r.output
+        return float(json.loads(r.output)["components_gib"]["logits"])
+
+    assert logits("--stack", "torchtune") == logits("--loss", "chunked") == logits("--chunked-loss")
+    assert logits("--stack", "unsloth") < logits("--stack", "hf")
+    r = CliRunner().invoke(cli, ["estimate", "memory", "--model", L8, "--stack", "nope"])
+    assert r.exit_code == 2
+
+
+def test_plan_takes_the_stack() -> None:
+    args = ["plan", "--model", L8, "--tokens", "10M", "--seq-len", "2048", "--json", "--top", "1"]
+    r_hf = CliRunner().invoke(cli, args)
+    r_unsloth = CliRunner().invoke(cli, [*args, "--stack", "unsloth"])
+    assert r_hf.exit_code == 0 and r_unsloth.exit_code == 0, r_unsloth.output
+    assert r_hf.output != r_unsloth.output
