@@ -51,7 +51,8 @@ def skypilot_task(plan: Plan, job: JobSpec, catalog: Catalog) -> dict[str, Any]:
         resources["infra"] = f"{o.provider}/{o.region}" if o.region not in ("default", "") else o.provider
     resources["instance_type"] = o.instance_type
     resources["use_spot"] = plan.market != "on-demand"
-    model_gb = catalog.model(job.model).total_params() * 2 / 1e9 if isinstance(job.model, str) else 100.0
+    arch = job.model if not isinstance(job.model, str) else catalog.model(job.model)
+    model_gb = arch.total_params() * 2 / 1e9
     resources["disk_size"] = int(max(256, 3 * model_gb + job.dataset_gb + 50))
     if plan.market != "on-demand":
         resources["job_recovery"] = {"strategy": "FAILOVER", "max_restarts_on_errors": 3}
@@ -187,6 +188,11 @@ _LAYER_CLASS = {
     "gemma2": "Gemma2DecoderLayer",
     "phi3": "Phi3DecoderLayer",
     "mixtral": "MixtralDecoderLayer",
+    "olmoe": "OlmoeDecoderLayer",
+    "qwen2_moe": "Qwen2MoeDecoderLayer",
+    "qwen3_moe": "Qwen3MoeDecoderLayer",
+    "deepseek_v2": "DeepseekV2DecoderLayer",
+    "deepseek_v3": "DeepseekV3DecoderLayer",
 }
 
 

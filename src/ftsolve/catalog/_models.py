@@ -93,7 +93,12 @@ class Offer(_Frozen):
 
 
 class ModelArch(_Frozen):
-    """Decoder-only transformer architecture, enough to count parameters, bytes and FLOPs."""
+    """Decoder-only transformer architecture, enough to count parameters, bytes and FLOPs.
+
+    Mixtures of experts (MoE) and multi-head latent attention (MLA, DeepSeek-V2/V3) are described
+    by optional fields; their defaults describe a dense model, whose counts they leave unchanged.
+    Each field's description names the config.json fields it is read from (catalog/_hf.py).
+    """
 
     name: str
     family: str
@@ -102,13 +107,34 @@ class ModelArch(_Frozen):
     num_heads: int = Field(gt=0)
     num_kv_heads: int = Field(gt=0)
     head_dim: int | None = Field(default=None, gt=0)
-    intermediate_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0, description="width of a dense MLP; also of each expert unless set below")
     vocab_size: int = Field(gt=0)
     tie_word_embeddings: bool = False
     attention_bias: bool = False
     gated_mlp: bool = True
-    num_experts: int = Field(default=1, ge=1)
-    experts_per_token: int = Field(default=1, ge=1)
+    num_experts: int = Field(default=1, ge=1, description="routed experts per sparse layer (1: dense)")
+    experts_per_token: int = Field(default=1, ge=1, description="routed experts a token uses (num_experts_per_tok)")
+    expert_intermediate_size: int | None = Field(
+        default=None, gt=0, description="width of one routed expert: moe_intermediate_size (None: intermediate_size)"
+    )
+    shared_expert_intermediate_size: int = Field(
+        default=0,
+        ge=0,
+        description="width of the always-used shared expert MLP: Qwen2-MoE shared_expert_intermediate_size, "
+        "DeepSeek n_shared_experts x moe_intermediate_size",
+    )
+    shared_expert_gate: bool = Field(default=False, description="Qwen2-MoE's Linear(hidden, 1) shared_expert_gate")
+    dense_layers: int = Field(
+        default=0,
+        ge=0,
+        description="layers of a MoE model with a dense intermediate_size MLP: DeepSeek first_k_dense_replace, "
+        "Qwen mlp_only_layers and the layers decoder_sparse_step skips",
+    )
+    q_lora_rank: int | None = Field(default=None, gt=0, description="MLA query compression (None: a full q_proj)")
+    kv_lora_rank: int | None = Field(default=None, gt=0, description="MLA key/value compression; set for MLA only")
+    qk_nope_head_dim: int | None = Field(default=None, gt=0, description="MLA per-head query/key width without RoPE")
+    qk_rope_head_dim: int | None = Field(default=None, gt=0, description="MLA per-head query/key width with RoPE")
+    v_head_dim: int | None = Field(default=None, gt=0, description="MLA per-head value width")
     published_params_b: float | None = Field(default=None, gt=0)
     source: str = ""
 
@@ -118,34 +144,131 @@ class ModelArch(_Frozen):
             raise ValueError("num_heads must be a multiple of num_kv_heads")
         if self.experts_per_token > self.num_experts:
             raise ValueError("experts_per_token exceeds num_experts")
+        moe_only = (self.expert_intermediate_size, self.shared_expert_intermediate_size, self.dense_layers)
+        if self.num_experts == 1 and any(moe_only):
+            raise ValueError("expert sizes, shared experts and dense_layers need num_experts > 1")
+        if self.num_experts > 1 and self.dense_layers >= self.num_layers:
+            raise ValueError("dense_layers must leave at least one mixture-of-experts layer")
+        if self.shared_expert_gate and not self.shared_expert_intermediate_size:
+            raise ValueError("shared_expert_gate needs shared_expert_intermediate_size")
+        heads = (self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
+        if self.kv_lora_rank is None and (self.q_lora_rank is not None or any(heads)):
+            raise ValueError("MLA fields need kv_lora_rank")
+        if self.kv_lora_rank is not None and not all(heads):
+            raise ValueError("MLA needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
         return self
 
     @property
     def head_dim_eff(self) -> int:
         return self.head_dim or self.hidden_size // self.num_heads
 
+    def _mla(self) -> tuple[int, int, int, int] | None:
+        """(kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim) of an MLA model, else None."""
+        kv, nope, rope, v = self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim
+        if kv is None or nope is None or rope is None or v is None:
+            return None
+        return kv, nope, rope, v
+
     @property
     def kv_dim(self) -> int:
+        """Key (= value) width per token; under MLA half the width of the keys and values together."""
+        mla = self._mla()
+        if mla is not None:
+            _, nope, rope, v = mla
+            return self.num_heads * (nope + rope + v) // 2
         return self.num_kv_heads * self.head_dim_eff
 
     @property
     def q_dim(self) -> int:
+        """Query width per token: heads x head_dim, under MLA heads x (qk_nope + qk_rope head dims)."""
+        mla = self._mla()
+        if mla is not None:
+            return self.num_heads * (mla[1] + mla[2])
         return self.num_heads * self.head_dim_eff
 
+    def attention_linears(self) -> list[tuple[int, int]]:
+        """(d_in, d_out) of each attention projection of one layer.
+
+        q, k, v, o; under MLA (transformers' modeling_deepseek_v2.py) q_proj, or q_a_proj and
+        q_b_proj when q_lora_rank is set, then kv_a_proj_with_mqa, kv_b_proj and o_proj.
+        """
+        h, n = self.hidden_size, self.num_heads
+        mla = self._mla()
+        if mla is None:
+            return [(h, self.q_dim), (h, self.kv_dim), (h, self.kv_dim), (self.q_dim, h)]
+        kv, nope, rope, v = mla
+        r = self.q_lora_rank
+        q = [(h, self.q_dim)] if r is None else [(h, r), (r, self.q_dim)]
+        return [*q, (h, kv + rope), (kv, n * (nope + v)), (n * v, h)]
+
     def attention_params_per_layer(self) -> int:
-        h = self.hidden_size
-        bias = (self.q_dim + 2 * self.kv_dim) if self.attention_bias else 0
-        return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h + bias
+        """Weights and biases of one layer's attention projections (physics.md §1)."""
+        weights = sum(d_in * d_out for d_in, d_out in self.attention_linears())
+        if not self.attention_bias:
+            return weights
+        mla = self._mla()
+        if mla is None:
+            return weights + self.q_dim + 2 * self.kv_dim  # q, k and v carry biases, o does not
+        # MLA's attention_bias puts biases on q_a_proj, kv_a_proj_with_mqa and o_proj.
+        return weights + (self.q_lora_rank or 0) + mla[0] + mla[2] + self.hidden_size
+
+    def norm_params_per_layer(self) -> int:
+        """The two hidden-size norms, plus MLA's q_a_layernorm and kv_a_layernorm."""
+        return 2 * self.hidden_size + (self.q_lora_rank or 0) + (self.kv_lora_rank or 0)
+
+    @property
+    def expert_intermediate(self) -> int:
+        """Width of one routed expert: moe_intermediate_size, else intermediate_size (Mixtral, OLMoE)."""
+        return self.expert_intermediate_size or self.intermediate_size
+
+    @property
+    def sparse_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (0 for a dense model)."""
+        return self.num_layers - self.dense_layers if self.num_experts > 1 else 0
+
+    @property
+    def dense_mlp_layers(self) -> int:
+        """Layers whose MLP is one dense intermediate_size MLP (all of a dense model's)."""
+        return self.num_layers - self.sparse_layers
+
+    def _mlp(self, width: int) -> int:
+        return (3 if self.gated_mlp else 2) * self.hidden_size * width
+
+    def dense_mlp_params(self) -> int:
+        """One dense MLP, intermediate_size wide (gate, up, down; or fc1, fc2)."""
+        return self._mlp(self.intermediate_size)
 
     def expert_mlp_params(self) -> int:
-        """Parameters of one expert's MLP (gate, up, down for gated MLPs)."""
-        mats = 3 if self.gated_mlp else 2
-        return mats * self.hidden_size * self.intermediate_size
+        """Parameters of one routed expert's MLP (gate, up, down for gated MLPs)."""
+        return self._mlp(self.expert_intermediate)
+
+    def shared_expert_params(self) -> int:
+        """A sparse layer's shared expert MLP and its Linear(hidden, 1) gate (Qwen2-MoE)."""
+        return self._mlp(self.shared_expert_intermediate_size) + (self.hidden_size if self.shared_expert_gate else 0)
 
     def mlp_params_per_layer(self, active: bool = False) -> int:
+        """MLP of one sparse layer (any layer of a dense model): routed experts (all, or the
+        experts_per_token a token uses when active), router and shared expert."""
+        if self.num_experts == 1:
+            return self.dense_mlp_params()
         experts = self.experts_per_token if active else self.num_experts
-        router = self.hidden_size * self.num_experts if self.num_experts > 1 else 0
-        return experts * self.expert_mlp_params() + router
+        router = self.hidden_size * self.num_experts
+        return experts * self.expert_mlp_params() + router + self.shared_expert_params()
+
+    def mlp_params(self, active: bool = False) -> int:
+        """MLPs of all layers: the sparse layers' and the dense layers'."""
+        return self.sparse_layers * self.mlp_params_per_layer(active) + self.dense_mlp_layers * self.dense_mlp_params()
+
+    def largest_layer_params(self) -> int:
+        """Attention and MLP weights of the largest decoder layer (what ZeRO-3 gathers at once)."""
+        dense = self.dense_mlp_params() if self.dense_mlp_layers else 0
+        return self.attention_params_per_layer() + max(self.mlp_params_per_layer(), dense)
+
+    def mlp_width_per_token(self) -> float:
+        """Hidden MLP width a token passes through, averaged over layers: experts_per_token experts
+        plus the shared expert in sparse layers, intermediate_size in dense ones."""
+        sparse = self.experts_per_token * self.expert_intermediate + self.shared_expert_intermediate_size
+        return (self.sparse_layers * sparse + self.dense_mlp_layers * self.intermediate_size) / self.num_layers
 
     def embedding_params(self) -> int:
         """Input embedding plus the lm_head when it is not tied to it."""
@@ -154,24 +277,42 @@ class ModelArch(_Frozen):
 
     def total_params(self) -> int:
         """All parameters: layers, norms, embedding and (untied) lm_head (physics.md §1)."""
-        h = self.hidden_size
-        per_layer = self.attention_params_per_layer() + self.mlp_params_per_layer() + 2 * h
-        return self.num_layers * per_layer + self.embedding_params() + h
+        per_layer = self.attention_params_per_layer() + self.norm_params_per_layer()
+        return self.num_layers * per_layer + self.mlp_params() + self.embedding_params() + self.hidden_size
+
+    def active_params(self) -> int:
+        """Parameters one token uses, counted as model cards count them: all but the routed experts
+        it is not sent to, embedding table included (matmul_params leaves the lookup out)."""
+        idle = self.num_experts - self.experts_per_token
+        return self.total_params() - self.sparse_layers * idle * self.expert_mlp_params()
 
     def matmul_params(self, active: bool = True) -> int:
         """Parameters that take part in matmuls per token: N_f (physics.md §0), active for MoE."""
-        per_layer = self.attention_params_per_layer() + self.mlp_params_per_layer(active=active)
-        return self.num_layers * per_layer + self.vocab_size * self.hidden_size
+        attention = self.num_layers * self.attention_params_per_layer()
+        return attention + self.mlp_params(active=active) + self.vocab_size * self.hidden_size
 
     def linear_params_in_layers(self) -> int:
         """Parameters of the nn.Linear modules inside the decoder blocks (what NF4 quantizes)."""
-        return self.num_layers * (self.attention_params_per_layer() + self.mlp_params_per_layer())
+        return self.num_layers * self.attention_params_per_layer() + self.mlp_params()
 
     def lora_params(self, rank: int, targets: str) -> int:
-        """Trainable LoRA parameters r·(d_in + d_out) summed over targeted linears (physics.md §2.3)."""
-        h, q, kv, i = self.hidden_size, self.q_dim, self.kv_dim, self.intermediate_size
-        attn = (h + q) + 2 * (h + kv) + (q + h)
-        mlp_one = (3 if self.gated_mlp else 2) * (h + i)
-        mlp = mlp_one * self.num_experts
-        per_layer = {"attention": attn, "mlp": mlp, "all-linear": attn + mlp, "qv": (h + q) + (h + kv)}[targets]
-        return rank * per_layer * self.num_layers
+        """Trainable LoRA parameters r·(d_in + d_out) summed over targeted linears (physics.md §2.3).
+
+        "mlp" adapts every expert and the shared and dense MLPs; the routers and the shared expert
+        gate (r·(h + experts) per layer, under 1% of the experts' adapters) are left out. "qv" is
+        the query projections and the projection that makes values: v_proj, or MLA's kv_b_proj.
+        """
+        linears = self.attention_linears()
+        qv = [linears[0], linears[2]] if self._mla() is None else [*linears[:-3], linears[-2]]
+        attn = self.num_layers * sum(d_in + d_out for d_in, d_out in linears)
+        mats, h = (3 if self.gated_mlp else 2), self.hidden_size
+        shared = h + self.shared_expert_intermediate_size if self.shared_expert_intermediate_size else 0
+        sparse = self.num_experts * (h + self.expert_intermediate) + shared
+        mlp = mats * (self.sparse_layers * sparse + self.dense_mlp_layers * (h + self.intermediate_size))
+        per_model = {
+            "attention": attn,
+            "mlp": mlp,
+            "all-linear": attn + mlp,
+            "qv": self.num_layers * sum(d_in + d_out for d_in, d_out in qv),
+        }[targets]
+        return rank * per_model

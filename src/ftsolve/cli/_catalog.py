@@ -305,6 +305,7 @@ def models_show(name: str | None, config_path: Path | None, lora_rank: int, as_j
         raise CatalogError("give a preset NAME or --config PATH")
     data = arch.model_dump(mode="json") | {
         "total_params": arch.total_params(),
+        "active_params": arch.active_params(),
         "active_matmul_params": arch.matmul_params(active=True),
         f"lora_params_r{lora_rank}_all_linear": arch.lora_params(lora_rank, "all-linear"),
         "bf16_weights_gb": round(arch.total_params() * 2 / 1e9, 2),
@@ -313,4 +314,4 @@ def models_show(name: str | None, config_path: Path | None, lora_rank: int, as_j
         click.echo(json.dumps(data, indent=2))
         return
     for key, value in data.items():
-        click.echo(f"{key:28s} {value}")
+        click.echo(f"{key:32s} {value}")

@@ -14,7 +14,8 @@ from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
 from ftsolve._exports import EXPORTERS, export_plan
 from ftsolve._tomllib import tomllib
 from ftsolve._units import parse_count, parse_hours, parse_usd
-from ftsolve.catalog import load_catalog
+from ftsolve.catalog import load_catalog, load_config_json
+from ftsolve.catalog._hf import config_json_path
 from ftsolve.catalog._import import write_atomically
 from ftsolve.cli._catalog import catalog_group, models_group
 from ftsolve.cli._common import errors
@@ -31,6 +32,7 @@ from ftsolve.cli._render import (
 )
 from ftsolve.solver import Infeasibility, JobSpec, PlanSet, plan
 from ftsolve.solver._memory import OPTIMIZERS
+from ftsolve.solver._stacks import LOSSES, STACK_NAMES
 from ftsolve.solver._sweeps import compare, pareto
 
 
@@ -57,6 +59,7 @@ def _quota(value: str | None) -> dict[str, int] | None:
 _JOB_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--job", {"type": click.Path(dir_okay=False), "help": "Job file (YAML/TOML); flags override it."}),
     ("--model", {"help": "Model preset: llama-3.1-8b (here or in --job)."}),
+    ("--config", {"type": click.Path(path_type=Path), "help": "A local config.json (or its folder), not --model."}),
     ("--tokens", {"help": "Tokens to train on, all epochs: 50M, 1.2B."}),
     ("--seq-len", {"type": int, "help": "Sequence length in tokens."}),
     ("--global-batch", {"type": int, "default": 16, "help": "Sequences per step (16)."}),
@@ -71,6 +74,21 @@ _JOB_OPTIONS: list[tuple[str, dict[str, Any]]] = [
         },
     ),
     ("--lora-rank", {"type": int, "default": 16, "help": "LoRA rank (16)."}),
+    (
+        "--stack",
+        {
+            "type": click.Choice(list(STACK_NAMES)),
+            "default": "hf",
+            "metavar": "NAME",
+            "help": "Training stack: hf, torchtune, unsloth, ... (hf).",
+        },
+    ),
+    ("--loss", {"type": click.Choice(list(LOSSES)), "metavar": "KIND", "help": "fp32-upcast/bf16/chunked/fused."}),
+    # Switches that a stack may turn on; a job file sets them false where a stack's default is on.
+    ("--optimizer-in-backward", {"is_flag": True, "default": None, "help": "Optimizer step in backward."}),
+    ("--activation-offload", {"is_flag": True, "default": None, "help": "Saved activations to CPU."}),
+    ("--compile", {"is_flag": True, "default": None, "help": "torch.compile (recorded)."}),
+    ("--variable-length", {"is_flag": True, "default": None, "help": "Batches of varying length (not packed)."}),
     ("--real-token-fraction", {"type": float, "default": 1.0, "help": "Share of real tokens (1.0 packed)."}),
     ("--eval-fraction", {"type": float, "default": 0.0, "help": "Evaluation tokens per training token."}),
     ("--trials", {"type": int, "default": 0, "help": "Trial runs before the final run."}),
@@ -111,12 +129,19 @@ _GROUPS = {
     "Job": [
         "job",
         "model",
+        "config",
         "tokens",
         "seq_len",
         "global_batch",
         "methods",
         "optimizer",
         "lora_rank",
+        "stack",
+        "loss",
+        "optimizer_in_backward",
+        "activation_offload",
+        "compile",
+        "variable_length",
         "real_token_fraction",
         "eval_fraction",
         "trials",
@@ -174,6 +199,12 @@ _FLAG_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "methods": ("methods", _csv),
     "optimizer": ("optimizer", str),
     "lora_rank": ("lora_rank", int),
+    "stack": ("stack", str),
+    "loss": ("loss", str),
+    "optimizer_in_backward": ("optimizer_in_backward", bool),
+    "activation_offload": ("activation_offload", bool),
+    "compile": ("compile", bool),
+    "variable_length": ("variable_length", bool),
     "real_token_fraction": ("real_token_fraction", float),
     "eval_fraction": ("eval_fraction", float),
     "trials": ("trial_runs", int),
@@ -227,6 +258,9 @@ def load_job_file(path: str) -> dict[str, Any]:
     for field_name, parse in _FILE_UNITS.items():
         if isinstance(out.get(field_name), str):
             out[field_name] = parse(out[field_name])
+    config = config_json_path(out["model"], p.parent) if isinstance(out.get("model"), str) else None
+    if config is not None:
+        out["model"] = load_config_json(config)  # relative to the job file, not the working directory
     return out
 
 
@@ -240,7 +274,11 @@ def job_from_options(o: dict[str, Any]) -> JobSpec:
         if value is None or (field_name in fields and not explicit):
             continue
         fields[field_name] = convert(value)
-    for required, flag in (("model", "--model"), ("train_tokens", "--tokens"), ("seq_len", "--seq-len")):
+    if o.get("config") is not None:
+        if o.get("model") is not None:
+            raise InvalidJobSpec("give --model or --config, not both")
+        fields["model"] = load_config_json(o["config"])
+    for required, flag in (("model", "--model/--config"), ("train_tokens", "--tokens"), ("seq_len", "--seq-len")):
         if required not in fields:
             raise InvalidJobSpec(f"missing {required}: pass {flag} or set {required} in the --job file")
     return JobSpec.build(**fields)
