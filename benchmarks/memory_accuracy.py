@@ -34,6 +34,7 @@ How rows are read (each choice is the source's own documentation, see MEASURED.m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import functools
 import json
@@ -42,7 +43,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -50,12 +51,13 @@ from ftsolve.catalog import Catalog, ModelArch, arch_from_config, load_catalog
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import MemoryEstimate, estimate_memory
 from ftsolve.solver._memory import MemoryOptions
+from ftsolve.solver._stacks import STACK_NAMES
 
 Method = Literal["full", "lora", "qlora"]
 WeightPrecision = Literal["auto", "16-bit", "int8", "nf4"]
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CSV = ROOT.parent / "shared" / "data" / "measured.csv"
+DEFAULT_CSV = ROOT / "data" / "measured.csv"
 GIB = 2**30
 
 _PRESET = {
@@ -75,6 +77,12 @@ _PRESET = {
     "gemma-2-9b": "gemma-2-9b",
     "phi-3-mini-4k-instruct": "phi-3-mini",
     "meta-llama-3-70b": "llama-3.1-70b",
+    "meta-llama/meta-llama-3-8b": "llama-3.1-8b",
+    "qwen/qwen2.5-7b": "qwen2.5-7b",
+    "qwen/qwen2.5-7b-instruct": "qwen2.5-7b",
+    "qwen/qwen2.5-3b-instruct": "qwen2.5-3b",
+    "qwen/qwen2.5-14b": "qwen2.5-14b",
+    "qwen/qwen2.5-72b-instruct": "qwen2.5-72b",
 }
 _CONFIG_ALIAS = {
     "qwen-1_8b-chat": "qwen-1.8b",
@@ -102,10 +110,14 @@ class Case:
     ckpt: bool
     sharding: str
     n_gpus: int
-    card_gib: float
+    card_gib: float | None  # None when the source does not name the GPU
     measured_gib: float | None
     ok: bool
     reserved: bool  # the tool reports reserved (allocator) memory, not allocated
+
+    @property
+    def stack(self) -> str:
+        return self.opts.stack
 
 
 def _archs() -> dict[str, ModelArch]:
@@ -133,10 +145,12 @@ def _gib(value: str, unit: str) -> float | None:
     return x  # GiB, or "G" as printed by tools that divide by 2**30
 
 
-def _card_gib(gpu: str) -> float:
+def _card_gib(gpu: str) -> float | None:
     m = re.search(r"(\d+)\s*G", gpu)
     if m:
         return float(m.group(1))
+    if not gpu.strip():
+        return None
     return {"A10G": 24.0, "L4": 24.0, "T4": 16.0, "H100": 80.0}.get(gpu.split()[0], 80.0)
 
 
@@ -148,6 +162,12 @@ def _targets(text: str) -> tuple[str, bool]:
     if "default (qwen: c_attn)" in t or t.startswith("default (c_attn)"):
         return "attention", emb
     return "all-linear", emb
+
+
+def _liger(row: dict[str, str]) -> bool:
+    """Liger kernels on: a fused linear cross-entropy (ms-swift's use_liger_kernel)."""
+    text = (row["notes"] + " " + row["framework"]).lower()
+    return "liger" in text and not any(t in text for t in ("no liger", "liger was off", "liger off"))
 
 
 def cases(path: Path) -> Iterator[tuple[dict[str, str], Case | None, str]]:
@@ -187,6 +207,12 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
     n = int(row["num_gpus"] or 1)
     if "not stated" in shard_text:
         return None, "multi-GPU parallelism not stated"
+    if n > 1 and re.search(r"megatron|sequence par|context par|\b(tp|pp|ep|cp)\s*\d", shard_text):
+        return None, "tensor, pipeline, expert or sequence parallelism not modelled"
+    if "upper bound" in row["notes"].lower() or "at capacity" in row["notes"].lower():
+        return None, "memory figure is an upper bound (the card's capacity)"
+    if "seq_len is a cap" in row["notes"]:
+        return None, "sequence length is only a cap on short samples"
     sharding = "none"
     if n > 1:
         sharding = (
@@ -196,8 +222,9 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
     flash = not row["flash_attn"].lower().startswith("no")
     litgpt = src.startswith("litgpt")
     fp32_model = "fp32" in row["weight_precision"]
+    swift = src.startswith("ms_swift")
     if method == "full":
-        optimizer = "adamw-bf16" if litgpt or src == "ms_swift_benchmark" else "adamw"
+        optimizer = "adamw-bf16" if litgpt or swift else "adamw"
     elif method == "qlora" and litgpt:
         optimizer = "paged-adamw"
     else:
@@ -205,15 +232,20 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
     deepspeed = "zero" in shard_text or "deepspeed" in shard_text or "finetune_ds" in shard_text
     if deepspeed and n == 1:
         sharding = "zero3" if ("zero3" in shard_text or "finetune_ds" in shard_text) else "zero2"
-    framework = "litgpt" if litgpt else "deepspeed" if deepspeed else "hf"
+    stack = "litgpt" if litgpt else "deepspeed" if deepspeed else "ms-swift" if swift else "hf"
     offload = row["offload"].lower().startswith("cpu")
-    opts = MemoryOptions(
+    opts = MemoryOptions.for_stack(
+        stack,
         optimizer=optimizer,
-        adapter_dtype="bf16" if litgpt and not fp32_model else "fp32",
+        adapter_dtype="fp32" if fp32_model else None,
+        # Qwen-1's remote modelling code takes the cross-entropy of bf16 logits (modeling_qwen.py:
+        # CrossEntropyLoss on lm_logits without .float()); transformers' own models upcast.
+        loss="bf16" if arch.family == "qwen" else "fused" if _liger(row) else None,
+        # Alpaca (LitGPT resource tables) and ms-swift's datasets come in batches of varying length.
+        variable_length=src in ("litgpt_resource_tables",) or swift,
         lora_targets=targets,
         train_embeddings=emb,
         flash_attention=flash,
-        framework=framework,
         offload_optimizer=offload,
         offload_params=offload,
         # LitGPT (finetune/lora.py), Qwen (finetune.py LoraArguments) and ms-swift all default
@@ -247,10 +279,10 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         ckpt=ckpt_text.startswith("yes"),
         sharding=sharding,
         n_gpus=n,
-        card_gib=float(row["gpu_mem_gb"] or _card_gib(row["gpu_type"])),
+        card_gib=float(row["gpu_mem_gb"]) if row["gpu_mem_gb"] else _card_gib(row["gpu_type"]),
         measured_gib=measured,
         ok=outcome == "ok",
-        reserved=src == "ms_swift_benchmark",
+        reserved=swift,
     ), ""
 
 
@@ -259,7 +291,57 @@ def _catalog() -> Catalog:
     return load_catalog(user=False)
 
 
-def _estimate(case: Case) -> MemoryEstimate:
+# Bound of the fragmentation: the caching allocator holds at most about two earlier, differently
+# sized generations of the short-lived blocks beside the live one (it splits and reuses larger
+# cached blocks before it asks for new ones).
+FRAGMENTATION_MAX = 2.0
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """The fitted memory constants: one shared activation scale, the allocator's fragmentation of
+    short-lived tensors under variable-length batches, and a runtime overhead per stack."""
+
+    activation_scale: float
+    fragmentation: float
+    runtime_gib: dict[str, float]
+
+    @classmethod
+    def physical(cls) -> Coefficients:
+        """What a constant is worth before any data informs it: the lean activation count (1.0),
+        one cached copy of the short-lived tensors (1.0), no runtime overhead; a fold uses these
+        for constants its training sources do not inform, so no held-out source leaks in."""
+        return cls(1.0, 1.0, {})
+
+    @classmethod
+    def current(cls) -> Coefficients:
+        return cls(
+            k.ACTIVATION_SCALE.value,
+            k.RESERVED_FRAGMENTATION.value,
+            {s: c.value for s, c in k.FRAMEWORK_RUNTIME_GIB.items()},
+        )
+
+    @property
+    def count(self) -> int:
+        return 2 + len(self.runtime_gib)
+
+
+@contextlib.contextmanager
+def applied(coef: Coefficients) -> Iterator[None]:
+    """The library's coefficients replaced by `coef` for the duration (a benchmark, single thread)."""
+    saved = (k.ACTIVATION_SCALE, k.RESERVED_FRAGMENTATION, k.FRAMEWORK_RUNTIME_GIB)
+    k.ACTIVATION_SCALE = replace(k.ACTIVATION_SCALE, value=coef.activation_scale)
+    k.RESERVED_FRAGMENTATION = replace(k.RESERVED_FRAGMENTATION, value=coef.fragmentation)
+    k.FRAMEWORK_RUNTIME_GIB = {
+        name: k.Coefficient(v, "GiB", "fitted in this fold") for name, v in coef.runtime_gib.items()
+    }
+    try:
+        yield
+    finally:
+        k.ACTIVATION_SCALE, k.RESERVED_FRAGMENTATION, k.FRAMEWORK_RUNTIME_GIB = saved
+
+
+def _estimate(case: Case, **changes: Any) -> MemoryEstimate:
     return estimate_memory(
         case.arch,
         catalog=_catalog(),
@@ -269,126 +351,77 @@ def _estimate(case: Case) -> MemoryEstimate:
         grad_accum=case.grad_accum,
         n_gpus=case.n_gpus,
         sharding=case.sharding,
-        gradient_checkpointing=case.ckpt,
+        gradient_checkpointing=cast("bool", changes.get("ckpt", case.ckpt)),
         weight_precision=cast("WeightPrecision", case.precision),
         lora_rank=case.lora_rank,
-        options=case.opts,
+        options=replace(case.opts, **{k2: v for k2, v in changes.items() if k2 != "ckpt"}),
     )
 
 
 def predict(case: Case) -> tuple[float, float]:
-    """(predicted allocated peak in GiB, planning peak with context and margin in GiB)."""
+    """(predicted figure in the row's metric, planning peak), both GiB, with the current coefficients."""
     est = _estimate(case)
-    c = est.components_gib
-    margin = 1.0 + k.DYNAMIC_MARGIN.value
-    dynamic = (c["activations"] + c["logits"]) / margin
-    allocated = est.peak_gib - c["cuda_context"] - c["nccl"] - dynamic * (margin - 1.0)
-    if case.reserved:
-        # the short-lived part: the logits, or with checkpointing the re-materialized layer
-        short = c["logits"] / margin
-        if case.ckpt:
-            short = max(short, (c["activations"] + c["logits"]) / margin - _pieces(case).stored)
-        allocated += k.RESERVED_FRAGMENTATION.value * short
-    return allocated, est.peak_gib
-
-
-def _stats(errors: list[float]) -> str:
-    if not errors:
-        return f"{0:5d} {'-':>7s} {'-':>7s}"
-    a = np.abs(np.array(errors))
-    return f"{len(a):5d} {100 * np.median(a):6.1f}% {100 * np.percentile(a, 90):6.1f}%"
-
-
-def evaluate(path: Path, show_rows: bool = False) -> dict[str, list[float]]:
-    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
-    held: dict[tuple[str, str], list[float]] = defaultdict(list)
-    skipped: dict[str, int] = defaultdict(int)
-    wrong_oom = wrong_fit = 0
-    all_errors: list[float] = []
-    for _row, case, reason in cases(path):
-        if case is None:
-            skipped[reason] += 1
-            continue
-        allocated, planning = predict(case)
-        usable = case.card_gib * k.USABLE_MEMORY_FRACTION.value
-        if case.ok and planning > usable:
-            wrong_oom += 1
-            if show_rows:
-                print(f"  predicted not to fit: id {case.id} {case.model} {case.method} {planning:.1f} > {usable:.1f}")
-        if not case.ok and planning <= usable:
-            wrong_fit += 1
-            if show_rows:
-                print(f"  OOM predicted to fit: id {case.id} {case.model} {case.method} {planning:.1f} <= {usable:.1f}")
-        if case.measured_gib is None:
-            continue
-        err = allocated / case.measured_gib - 1.0
-        all_errors.append(err)
-        for key in ((case.source, case.method), (case.source, "*"), ("*", case.method), ("*", "*")):
-            groups[key].append(err)
-            if case.id % 2:
-                held[key].append(err)
-        if show_rows:
-            print(
-                f"  {case.id:4d} {case.source:24s} {case.model[:22]:22s} {case.method:5s} "
-                f"s={case.seq_len:5d} b={case.micro_batch} ckpt={int(case.ckpt)} n={case.n_gpus} "
-                f"{case.sharding:5s} "
-                f"measured {case.measured_gib:6.2f} predicted {allocated:6.2f} ({100 * err:+.0f}%)"
-            )
-    print(
-        f"{'source':26s} {'method':6s} {'all: n':>6s} {'median':>7s} {'p90':>7s}   "
-        f"{'held-out: n':>11s} {'median':>7s} {'p90':>7s}"
-    )
-    for key in sorted(groups, key=lambda t: (t[0] == "*", t)):
-        print(f"{key[0]:26s} {key[1]:6s} {_stats(groups[key])}   {_stats(held[key]):>27s}")
-    print(f"\nsucceeded on the card but predicted not to fit (default margin): {wrong_oom}")
-    print(f"out of memory but predicted to fit: {wrong_fit}")
-    print("not evaluated: " + "; ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1])))
-    return {"all": all_errors}
+    return (est.reserved_gib if case.reserved else est.allocated_gib), est.peak_gib
 
 
 @dataclass(frozen=True)
 class Pieces:
-    """A row's prediction split by calibrated coefficient, each at coefficient 1 (GiB)."""
+    """A row's prediction as a function of the fitted constants (GiB, micro-batch included):
+
+        per-layer activations = A·u + e          (u: the scaled units, e: eager attention scores)
+        no checkpointing:  stored = m·(A·u + e)  (m = layers, or 2 with activation offload)
+        checkpointing:     stored = fixed inputs; recompute = max(A·u + e - logits, 0)
+        allocated = fixed + stored + recompute + logits + R[stack]
+        reserved  = allocated + F·(logits + recompute)      (variable-length batches only)
+        planning  = fixed + overheads + R + margin·(stored + recompute + logits + F·(...))
+    """
 
     fixed: float
-    activations: float  # every saved activation (with checkpointing: stored inputs + one layer)
-    stored: float  # with checkpointing the stored layer inputs alone; else = activations
-    logits: float  # at 1 byte per value
-    dequant: float  # at one layer
-    overheads: float  # CUDA context and NCCL, which the planning peak adds
+    u: float
+    e: float
+    m: float
+    stored_ckpt: float
+    logits: float
+    overheads: float
 
 
 def _pieces(case: Case) -> Pieces:
-    names = ("ACTIVATION_SCALE", "LOGITS_BYTES_PER_VALUE", "DEQUANT_LAYERS", "DEQUANT_LAYERS_GPTQ")
-    saved = {name: getattr(k, name) for name in names}
-    saved_runtime = k.FRAMEWORK_RUNTIME_GIB
+    unit = Coefficients(1.0, 0.0, {s: 0.0 for s in STACK_NAMES})
     margin = 1.0 + k.DYNAMIC_MARGIN.value
-
-    def run(logit_bytes: float, layers: float) -> dict[str, float]:
-        for name, value in zip(names, (1.0, logit_bytes, layers, layers), strict=True):
-            setattr(k, name, replace(saved[name], value=value))
-        return _estimate(case).components_gib
-
-    try:
-        k.FRAMEWORK_RUNTIME_GIB = {f: replace(c, value=0.0) for f, c in saved_runtime.items()}
-        unit = run(1.0, 1.0)
-        no_logits = run(0.0, 0.0)
-        huge_logits = run(1e6, 0.0)  # the re-materialized layer hides entirely under the logits
-    finally:
-        for name, c in saved.items():
-            setattr(k, name, c)
-        k.FRAMEWORK_RUNTIME_GIB = saved_runtime
-    dequant = unit["dequant_workspace"] - no_logits["dequant_workspace"]
-    dynamic = unit["activations"] + unit["logits"]
-    fixed = sum(unit.values()) - dynamic - dequant - unit["cuda_context"] - unit["nccl"]
+    with applied(unit):
+        est = _estimate(case)
+        c = est.components_gib
+        flat = _estimate(case, ckpt=False, activation_offload=False).components_gib
+    with applied(replace(unit, activation_scale=0.0)):
+        flat0 = _estimate(case, ckpt=False, activation_offload=False).components_gib
+    dynamic = sum(c[n] for n in ("activations", "recompute", "logits", "fragmentation")) / margin
+    layers = case.arch.num_layers
+    e = flat0["activations"] / margin / layers
     return Pieces(
-        fixed=fixed,
-        activations=no_logits["activations"] / margin,
-        stored=huge_logits["activations"] / margin,
-        logits=unit["logits"] / margin,
-        dequant=dequant,
-        overheads=unit["cuda_context"] + unit["nccl"],
+        fixed=est.allocated_gib - dynamic,
+        u=flat["activations"] / margin / layers - e,
+        e=e,
+        m=2.0 if case.opts.activation_offload else float(layers),
+        stored_ckpt=c["activations"] / margin if case.ckpt else 0.0,
+        logits=c["logits"] / margin,
+        overheads=c["cuda_context"] + c["nccl"],
     )
+
+
+def _analytic(case: Case, p: Pieces, coef: Coefficients) -> tuple[float, float]:
+    """(metric figure, planning peak) from the pieces; equals `predict` under `applied(coef)`."""
+    a, f = coef.activation_scale, coef.fragmentation
+    # A stack the fold never saw gets the median of the fold's stacks, as k.runtime_gib does.
+    unseen = float(np.median(list(coef.runtime_gib.values()))) if coef.runtime_gib else 0.0
+    runtime = coef.runtime_gib.get(case.stack, unseen)
+    layer = a * p.u + p.e
+    stored = p.stored_ckpt if case.ckpt else p.m * layer
+    recompute = max(layer - p.logits, 0.0) if case.ckpt else 0.0
+    frag = f * (p.logits + recompute) if case.opts.variable_length else 0.0
+    allocated = p.fixed + stored + recompute + p.logits + runtime
+    margin = 1.0 + k.DYNAMIC_MARGIN.value
+    planning = p.fixed + p.overheads + runtime + margin * (stored + recompute + p.logits + frag)
+    return (allocated + frag if case.reserved else allocated), planning
 
 
 def _constrained_lstsq(x: np.ndarray, y: np.ndarray, c: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -427,84 +460,208 @@ def _constrained_lstsq(x: np.ndarray, y: np.ndarray, c: np.ndarray, d: np.ndarra
     raise RuntimeError("constrained least squares did not converge")
 
 
-def fit(path: Path) -> None:
-    """Least squares of relative errors on the fit half (even ids) for the calibrated coefficients:
+def fit(rows: list[Case], pieces: dict[int, Pieces], prior: Coefficients) -> Coefficients:
+    """Least squares of relative errors over `rows` for the activation scale, the fragmentation
+    and a runtime per stack present; constants no row informs keep their prior value.
 
-        prediction = fixed + A·activations + L·logits + F·short + Q[kernel]·dequant + R[framework]
-
-    where, with checkpointing, the stored layer inputs are not scaled and the re-materialized layer
-    adds only what exceeds the logits (A·layer - L·logits when positive). F, the allocator's
-    fragmentation, applies only where a tool reports reserved memory and only to the short-lived
-    part (the logits, or with checkpointing the re-materialized layer when it is larger): those
-    few large tensors change size with each batch's length, while the activations kept through
-    the step are freed and reallocated in the same order every step. That makes the model
-    piecewise linear: the fit solves the linear problem for the current pieces, recomputes which
-    piece each row is on, and repeats until no row changes piece. F is searched on a grid. The fit
-    is constrained so that no run of the fit half that succeeded is predicted not to fit its card:
-    the planning peak (the same terms with the dynamic margin instead of F, plus CUDA context and
-    NCCL) stays within the usable memory.
+    Given F and which rows' re-materialized layer exceeds their logits (the piece each row is
+    on), the prediction is linear in (A, R[stack]): solve, recompute the pieces, repeat until no
+    row changes piece. F is searched on a grid when rows report reserved memory of
+    variable-length batches. The solution is constrained so that no run of `rows` that
+    succeeded is predicted not to fit its card (planning peak within the usable memory).
     """
-    rows = [c for _r, c, _ in cases(path) if c is not None and c.measured_gib is not None and c.id % 2 == 0]
-    frameworks = sorted({c.opts.framework for c in rows})
-    pieces = [_pieces(c) for c in rows]
+    stacks = sorted({c.stack for c in rows})
+    informs_f = any(c.reserved and c.opts.variable_length for c in rows)
     weight = np.array([1.0 / c.measured_gib for c in rows])  # type: ignore[operator]
     margin = 1.0 + k.DYNAMIC_MARGIN.value
-    best = None
-    for frag in np.arange(0.0, 4.01, 0.1):
-        a, lg = k.ACTIVATION_SCALE.value, k.LOGITS_BYTES_PER_VALUE.value
+    best: tuple[tuple[float, float], Coefficients] | None = None
+    for frag in np.arange(0.0, FRAGMENTATION_MAX + 0.01, 0.1) if informs_f else [prior.fragmentation]:
+        a = prior.activation_scale
         branches: list[bool] | None = None
+        sol = np.zeros(1 + len(stacks))
         for _ in range(50):
-            now = [
-                bool(c.ckpt and a * (p.activations - p.stored) > lg * p.logits)
-                for c, p in zip(rows, pieces, strict=True)
-            ]
+            now = [bool(c.ckpt and a * pieces[c.id].u + pieces[c.id].e > pieces[c.id].logits) for c in rows]
             if now == branches:
                 break
             branches = now
-            design: list[list[float]] = []
-            plan_design: list[list[float]] = []
-            target: list[float] = []
-            plan_room: list[float] = []
-            for c, p, layer_wins in zip(rows, pieces, now, strict=True):
-                gptq = c.opts.quant_kernel == "gptq"
-                layer = p.activations - p.stored if c.ckpt else p.activations
-                rest = [0.0 if gptq else p.dequant, p.dequant if gptq else 0.0]
-                rest += [1.0 if c.opts.framework == fw else 0.0 for fw in frameworks]
-                fr = 1.0 + (frag if c.reserved else 0.0)
-                act = (fr if layer_wins else 1.0) * layer if layer_wins or not c.ckpt else 0.0
-                design.append([act, 0.0 if layer_wins else fr * p.logits, *rest])
-                act = margin * layer if layer_wins or not c.ckpt else 0.0
-                plan_design.append([act, 0.0 if layer_wins else margin * p.logits, *rest])
-                stored = p.stored if c.ckpt else 0.0
-                target.append(c.measured_gib - p.fixed - stored)  # type: ignore[operator]
+            design, target, plan_design, plan_room = [], [], [], []
+            for c, layer_wins in zip(rows, now, strict=True):
+                p = pieces[c.id]
+                f_metric = frag if (c.reserved and c.opts.variable_length) else 0.0
+                f_plan = frag if c.opts.variable_length else 0.0
+                onehot = [1.0 if c.stack == s else 0.0 for s in stacks]
+                if not c.ckpt:  # stored = m(Au + e)
+                    coef_a, const = p.m * p.u, p.m * p.e + p.logits
+                    coef_a_plan, const_plan = margin * coef_a, margin * (p.m * p.e + p.logits * (1 + f_plan))
+                    const += f_metric * p.logits
+                elif layer_wins:  # stored fixed; recompute = Au + e - logits
+                    coef_a, const = p.u * (1 + f_metric), p.stored_ckpt + p.e + f_metric * p.e
+                    coef_a_plan = margin * p.u * (1 + f_plan)
+                    const_plan = margin * (p.stored_ckpt + p.e * (1 + f_plan))
+                else:
+                    coef_a, const = 0.0, p.stored_ckpt + p.logits * (1 + f_metric)
+                    coef_a_plan, const_plan = 0.0, margin * (p.stored_ckpt + p.logits * (1 + f_plan))
+                design.append([coef_a, *onehot])
+                target.append(c.measured_gib - p.fixed - const)  # type: ignore[operator]
+                plan_design.append([coef_a_plan, *onehot])
                 # 0.02 GiB to spare, so that the coefficients rounded to 3 digits keep the constraint
-                usable = c.card_gib * k.USABLE_MEMORY_FRACTION.value - 0.02 if c.ok else np.inf
-                plan_room.append(usable - p.fixed - p.overheads - margin * stored)
+                usable = c.card_gib * k.USABLE_MEMORY_FRACTION.value - 0.02 if c.ok and c.card_gib else np.inf
+                plan_room.append(usable - p.fixed - p.overheads - const_plan)
             x, y = np.array(design), np.array(target)
             sol = _constrained_lstsq(x * weight[:, None], y * weight, np.array(plan_design), np.array(plan_room))
-            a, lg = float(sol[0]), float(sol[1])
+            a = float(sol[0])
         rel = np.abs((x @ sol - y) * weight)
         score = (float(np.percentile(rel, 90)), float(np.median(rel)))
+        coef = Coefficients(a, float(frag), {s: float(v) for s, v in zip(stacks, sol[1:], strict=True)})
         if best is None or score < best[0]:
-            best = (score, frag, sol)
+            best = (score, coef)
     assert best is not None
-    (p90, med), frag, sol = best
-    names = ["ACTIVATION_SCALE", "LOGITS_BYTES_PER_VALUE", "DEQUANT_LAYERS", "DEQUANT_LAYERS_GPTQ"]
-    names += [f"FRAMEWORK_RUNTIME_GIB[{fw}]" for fw in frameworks]
-    print(f"fit on {len(rows)} rows (even ids): median {100 * med:.1f}%, p90 {100 * p90:.1f}%")
-    print(f"  RESERVED_FRAGMENTATION = {frag:.1f}")
-    for name, value in zip(names, sol, strict=True):
-        print(f"  {name} = {value:.3f}")
+    return best[1]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    case: Case
+    error: float | None  # predicted / measured - 1
+    verdict_wrong: bool  # succeeded but predicted not to fit, or OOM predicted to fit
+
+
+def _outcome(case: Case, p: Pieces, coef: Coefficients) -> Outcome:
+    figure, planning = _analytic(case, p, coef)
+    wrong = False
+    if case.card_gib is not None:
+        fits = planning <= case.card_gib * k.USABLE_MEMORY_FRACTION.value
+        wrong = fits != case.ok
+    err = None if case.measured_gib is None else figure / case.measured_gib - 1.0
+    return Outcome(case, err, wrong)
+
+
+def leave_one_source_out(all_cases: list[Case]) -> tuple[list[Outcome], dict[str, Coefficients]]:
+    """Refit on every source but one, predict that one; every evaluable source in turn."""
+    pieces = {c.id: _pieces(c) for c in all_cases}
+    prior = Coefficients.physical()
+    fitted = [c for c in all_cases if c.measured_gib is not None]
+    out: list[Outcome] = []
+    folds: dict[str, Coefficients] = {}
+    for source in sorted({c.source for c in all_cases}):
+        train = [c for c in fitted if c.source != source]
+        coef = fit(train, pieces, prior)
+        folds[source] = coef
+        out += [_outcome(c, pieces[c.id], coef) for c in all_cases if c.source == source]
+    return out, folds
+
+
+def evaluable(path: Path) -> tuple[list[Case], dict[str, int]]:
+    skipped: dict[str, int] = defaultdict(int)
+    out = []
+    for _row, case, reason in cases(path):
+        if case is None:
+            skipped[reason] += 1
+        else:
+            out.append(case)
+    return out, skipped
+
+
+def _stats(errors: list[float]) -> str:
+    if not errors:
+        return f"{0:5d} {'-':>7s} {'-':>7s} {'-':>7s}"
+    a = np.array(errors)
+    return (
+        f"{len(a):5d} {100 * np.median(np.abs(a)):6.1f}% {100 * np.percentile(np.abs(a), 90):6.1f}% "
+        f"{100 * np.median(a):+6.1f}%"
+    )
+
+
+def summary(outcomes: list[Outcome]) -> dict[str, tuple[float, float, int]]:
+    """(median, p90 of |error|, n) per method and overall."""
+    out = {}
+    for key in ("full", "lora", "qlora", "all"):
+        e = [abs(o.error) for o in outcomes if o.error is not None and key in ("all", o.case.method)]
+        out[key] = (float(np.median(e)), float(np.percentile(e, 90)), len(e)) if e else (0.0, 0.0, 0)
+    return out
+
+
+def bands(outcomes: list[Outcome]) -> dict[str, float]:
+    """The 90th percentile of |error| per method and stack (`method/stack`, with at least 5 rows),
+    per method (`method`) and overall (`all`): the band each estimate states."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for o in outcomes:
+        if o.error is not None:
+            for key in (f"{o.case.method}/{o.case.stack}", o.case.method, "all"):
+                groups[key].append(abs(o.error))
+    return {key: round(float(np.percentile(e, 90)), 3) for key, e in sorted(groups.items()) if len(e) >= 5}
+
+
+def _table(title: str, outcomes: list[Outcome]) -> None:
+    groups: dict[str, list[float]] = defaultdict(list)
+    for o in outcomes:
+        if o.error is None:
+            continue
+        c = o.case
+        for key in (f"method {c.method}", f"stack {c.stack}", f"source {c.source}", f"{c.source} {c.method}", "all"):
+            groups[key].append(o.error)
+    print(f"\n{title}")
+    print(f"{'group':42s} {'n':>5s} {'median':>7s} {'p90':>7s} {'signed':>7s}")
+    for key in sorted(groups, key=lambda s: (s == "all", s.count(" ") > 1, s)):
+        print(f"{key:42s} {_stats(groups[key])}")
+
+
+def _verdicts(outcomes: list[Outcome]) -> tuple[int, int, int, int]:
+    judged = [o for o in outcomes if o.case.card_gib is not None]
+    ok = [o for o in judged if o.case.ok]
+    oom = [o for o in judged if not o.case.ok]
+    return sum(o.verdict_wrong for o in ok), len(ok), sum(not o.verdict_wrong for o in oom), len(oom)
+
+
+def evaluate(path: Path, show_rows: bool = False) -> dict[str, tuple[float, float, int]]:
+    all_cases, skipped = evaluable(path)
+    loso, folds = leave_one_source_out(all_cases)
+    current = Coefficients.current()
+    pieces = {c.id: _pieces(c) for c in all_cases}
+    in_sample = [_outcome(c, pieces[c.id], current) for c in all_cases]
+    for c, o in zip(all_cases, in_sample, strict=True):  # the analytic form is the library's
+        if o.error is not None:
+            assert abs(predict(c)[0] / c.measured_gib - 1.0 - o.error) < 1e-3, c.id  # type: ignore[operator]
+    if show_rows:
+        for o in loso:
+            c = o.case
+            err = "" if o.error is None else f"measured {c.measured_gib:6.2f} ({100 * o.error:+.0f}%)"
+            flag = " VERDICT WRONG" if o.verdict_wrong else ""
+            print(
+                f"  {c.id:4d} {c.source:26s} {c.model[:22]:22s} {c.method:5s} {c.stack:9s} s={c.seq_len:5d} "
+                f"b={c.micro_batch} ckpt={int(c.ckpt)} n={c.n_gpus} {c.sharding:5s} {'ok ' if c.ok else 'OOM'} "
+                f"{err}{flag}"
+            )
+    _table("leave-one-source-out (headline): fit on every other source, predict this one", loso)
+    _table("in sample (secondary): the library's coefficients, fitted on all sources", in_sample)
+    print("\nper-fold coefficients (activation scale, fragmentation, runtime GiB by stack):")
+    for source, coef in folds.items():
+        rt = ", ".join(f"{s} {v:.2f}" for s, v in coef.runtime_gib.items())
+        print(f"  without {source:28s} A {coef.activation_scale:.3f}  F {coef.fragmentation:.1f}  {rt}")
+    print("not evaluated: " + "; ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1])))
+    print(f"bands (p90 of |leave-one-source-out error|): {bands(loso)}")
+    s = summary(loso)
+    wrong_ok, n_ok, right_oom, n_oom = _verdicts(loso)
+    print(
+        "LOSO memory: "
+        + ", ".join(f"{m} {100 * s[m][0]:.1f}%/{100 * s[m][1]:.1f}% (n={s[m][2]})" for m in s)
+        + f"; succeeded but predicted not to fit {wrong_ok} of {n_ok}; OOM predicted not to fit {right_oom} of "
+        f"{n_oom}; fitted constants {current.count}"
+    )
+    return s
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
-    ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--fit", action="store_true", help="fit on every source and print the coefficients")
     ap.add_argument("--rows", action="store_true")
     args = ap.parse_args()
     if args.fit:
-        fit(args.csv)
+        all_cases, _ = evaluable(args.csv)
+        pieces = {c.id: _pieces(c) for c in all_cases}
+        coef = fit([c for c in all_cases if c.measured_gib is not None], pieces, Coefficients.physical())
+        print(f"fit on {sum(c.measured_gib is not None for c in all_cases)} rows with a memory figure: {coef}")
         return
     evaluate(args.csv, args.rows)
 

@@ -58,6 +58,8 @@ class Case:
     ckpt: bool
     inter_node_gbit: float | None
     measured: float  # tokens/s per GPU
+    lora_rank: int = 64
+    lora_targets: str = "all-linear"
 
 
 def _gpu(text: str) -> str | None:
@@ -88,8 +90,8 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         return None, "no tokens/s figure"
     if row["kind"] != "measured":
         return None, "estimate"
-    if src not in ("qwen_readme_profiling", "llmfoundry_mpt_throughput"):
-        return None, f"{src}: checkpointing or tokens per sample not stated"
+    if src not in ("qwen_readme_profiling", "llmfoundry_mpt_throughput", "vectorlm_reference_throughput"):
+        return None, f"{src}: checkpointing, tokens per sample or the parallelism not stated"
     arch = archs.get(row["model"].strip().lower())
     gpu = _gpu(row["gpu_type"])
     if arch is None or gpu is None:
@@ -100,6 +102,7 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
     mpt = src == "llmfoundry_mpt_throughput"
     nodes = max(n // 8, 1) if mpt else (2 if "2 nodes" in shard_text else 1)
     sharding = "none" if n == 1 else "zero3" if ("zero3" in shard_text or "fsdp" in shard_text) else "zero2"
+    vectorlm = src == "vectorlm_reference_throughput"
     gbit = (1600.0 if "1600" in row["gpu_type"] else 3200.0) if mpt else None
     accum = int(float(row["grad_accum"] or (1 if mpt else 8)))
     return Case(
@@ -118,12 +121,20 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         ckpt=row["grad_ckpt"].lower().startswith("yes"),
         inter_node_gbit=gbit,
         measured=float(tps),
+        # VectorLM's LoRA config sets r=8 and leaves the targets to PEFT's default for Llama (q, v).
+        lora_rank=8 if vectorlm else 64,
+        lora_targets="qv" if vectorlm else "all-linear",
     ), ""
 
 
 def _estimator(c: Case) -> partial[TimeEstimate]:
     """estimate_time with the row's configuration filled in (the Qwen ZeRO runs use DeepSpeed)."""
-    opts = MemoryOptions(framework="deepspeed" if c.sharding != "none" and c.source.startswith("qwen") else "hf")
+    qwen = c.source.startswith("qwen")
+    opts = MemoryOptions.for_stack(
+        "deepspeed" if c.sharding != "none" and qwen else "hf",
+        quant_kernel="gptq" if qwen and c.method == "qlora" else None,  # Qwen's Q-LoRA base is GPTQ-int4
+        lora_targets=c.lora_targets,
+    )
     return partial(
         estimate_time,
         c.arch,
@@ -136,7 +147,7 @@ def _estimator(c: Case) -> partial[TimeEstimate]:
         nodes=c.nodes,
         sharding=c.sharding,
         gradient_checkpointing=c.ckpt,
-        lora_rank=64,
+        lora_rank=c.lora_rank,
         options=opts,
         inter_node_gbit_per_s=c.inter_node_gbit,
     )
@@ -146,46 +157,140 @@ def predict(c: Case) -> float:
     return _estimator(c)().tokens_per_s_per_gpu
 
 
+NAMES = (
+    "UTILIZATION_BY_ARCH[Ampere]",
+    "UTILIZATION_BY_ARCH[Hopper]",
+    "PER_LAYER_PASS_S",
+    "DEQUANT_BYTES_PER_PARAM[gptq]",
+    "ZERO_LAYER_PASS_S",
+)
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """The fitted throughput constants as the linear model sees them: seconds per unit of each
+    feature (1/utilization for the compute columns)."""
+
+    per_feature: tuple[float, float, float, float, float]
+
+    @classmethod
+    def physical(cls) -> Coefficients:
+        """Values before any data informs them (used for what a fold's sources cannot inform):
+        physics.md §8 utilization 0.50 on Ampere and 0.42 on Hopper (mid of the published MFU
+        ranges), about 20 kernel launches of 10 µs per layer and pass, no ZeRO hook latency, and
+        GPTQ dequantization at the bitsandbytes traffic (4.5 B/param)."""
+        return cls((1 / 0.50, 1 / 0.42, 2e-4, 4.5, 0.0))
+
+    @classmethod
+    def current(cls) -> Coefficients:
+        u = k.UTILIZATION_BY_ARCH
+        return cls(
+            (
+                1 / u["Ampere"].value,
+                1 / u["Hopper"].value,
+                k.PER_LAYER_PASS_S.value,
+                k.DEQUANT_BYTES_PER_PARAM["gptq"].value,
+                k.ZERO_LAYER_PASS_S.value,
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Features:
+    x: np.ndarray  # seconds per step per unit of each coefficient
+    fixed: float  # exposed communication + optimizer step
+    measured_step: float
+
+
+def _features(c: Case) -> Features:
+    """Linear features of the step time: compute at u=1 on Ampere and on Hopper, layer passes,
+    GPTQ dequantization seconds per byte/param, ZeRO hooks; plus the fixed seconds."""
+    saved = (k.PER_LAYER_PASS_S, dict(k.DEQUANT_BYTES_PER_PARAM), k.ZERO_LAYER_PASS_S)
+
+    def run(launch: float, dequant: float, zero: float) -> TimeEstimate:
+        k.PER_LAYER_PASS_S = replace(saved[0], value=launch)
+        k.DEQUANT_BYTES_PER_PARAM["gptq"] = replace(saved[1]["gptq"], value=dequant)
+        k.ZERO_LAYER_PASS_S = replace(saved[2], value=zero)
+        return _estimator(c)(utilization=1.0)
+
+    try:
+        base = run(0.0, 0.0, 0.0)
+        launch = run(1.0, 0.0, 0.0).compute_s - base.compute_s
+        dq = run(0.0, 1.0, 0.0).compute_s - base.compute_s
+        zero = run(0.0, 0.0, 1.0).compute_s - base.compute_s
+    finally:
+        k.PER_LAYER_PASS_S, k.ZERO_LAYER_PASS_S = saved[0], saved[2]
+        k.DEQUANT_BYTES_PER_PARAM.update(saved[1])
+    hopper = c.gpu.startswith("h100")
+    compute = base.compute_s
+    x = np.array([0.0 if hopper else compute, compute if hopper else 0.0, launch, dq, zero])
+    measured_step = base.tokens_per_step / c.n_gpus / c.measured
+    return Features(x, base.exposed_communication_s + base.optimizer_s, measured_step)
+
+
+def fit(feats: list[Features], prior: Coefficients) -> Coefficients:
+    """Least squares of the relative step-time error over the columns the rows inform; the
+    others keep their prior value. Coefficients stay positive."""
+    x = np.array([f.x for f in feats])
+    y = np.array([f.measured_step - f.fixed for f in feats])
+    w = 1.0 / np.array([f.measured_step for f in feats])
+    informed = np.abs(x).sum(axis=0) > 0
+    p = np.array(prior.per_feature)
+    y = y - x[:, ~informed] @ p[~informed]
+    sol = p.copy()
+    sol[informed] = np.maximum(np.linalg.lstsq(x[:, informed] * w[:, None], y * w, rcond=None)[0], 1e-9)
+    return Coefficients(tuple(float(v) for v in sol))  # type: ignore[arg-type]
+
+
+def _predicted_tps(c: Case, f: Features, coef: Coefficients) -> float:
+    step = float(f.x @ np.array(coef.per_feature)) + f.fixed
+    return c.measured * f.measured_step / step
+
+
+def leave_one_source_out(rows: list[Case], feats: list[Features]) -> tuple[list[float], dict[str, Coefficients]]:
+    """Predicted tokens/s of every row with the coefficients fitted on the other sources."""
+    preds = [0.0] * len(rows)
+    folds = {}
+    for source in sorted({c.source for c in rows}):
+        train = [f for c, f in zip(rows, feats, strict=True) if c.source != source]
+        coef = fit(train, Coefficients.physical())
+        folds[source] = coef
+        for i, (c, f) in enumerate(zip(rows, feats, strict=True)):
+            if c.source == source:
+                preds[i] = _predicted_tps(c, f, coef)
+    return preds, folds
+
+
 def _stats(errors: list[float]) -> str:
     if not errors:
-        return f"{0:5d} {'-':>7s} {'-':>7s}"
-    a = np.abs(np.array(errors))
-    return f"{len(a):5d} {100 * np.median(a):6.1f}% {100 * np.percentile(a, 90):6.1f}%"
+        return f"{0:5d} {'-':>7s} {'-':>7s} {'-':>7s}"
+    a = np.array(errors)
+    return (
+        f"{len(a):5d} {100 * np.median(np.abs(a)):6.1f}% {100 * np.percentile(np.abs(a), 90):6.1f}% "
+        f"{100 * np.median(a):+6.1f}%"
+    )
 
 
-def evaluate(path: Path, show_rows: bool = False) -> None:
+def _table(title: str, rows: list[Case], preds: list[float]) -> dict[str, list[float]]:
     groups: dict[str, list[float]] = defaultdict(list)
-    held: dict[str, list[float]] = defaultdict(list)
-    skipped: dict[str, int] = defaultdict(int)
-    by_job: dict[tuple[str, str, int, int], list[tuple[str, float, float]]] = defaultdict(list)
-    for case, reason in cases(path):
-        if case is None:
-            skipped[reason] += 1
-            continue
-        pred = predict(case)
-        err = pred / case.measured - 1.0
-        keys = [f"source {case.source}", f"method {case.method}", f"gpus {case.n_gpus}", "all"]
-        for key in keys:
+    for c, p in zip(rows, preds, strict=True):
+        err = p / c.measured - 1.0
+        for key in (f"method {c.method}", f"source {c.source}", f"gpus {c.n_gpus}", f"gpu {c.gpu}", "all"):
             groups[key].append(err)
-            if case.id % 2:
-                held[key].append(err)
-        by_job[(case.model.lower(), case.method, case.seq_len, case.n_gpus)].append((case.gpu, case.measured, pred))
-        if show_rows:
-            print(
-                f"  {case.id:4d} {case.model:10s} {case.method:5s} {case.gpu:14s} n={case.n_gpus:2d} "
-                f"s={case.seq_len:5d} b={case.micro_batch:2d} ckpt={int(case.ckpt)} "
-                f"measured {case.measured:8.0f} "
-                f"predicted {pred:8.0f} ({100 * err:+.0f}%)"
-            )
-    print(f"{'group':34s} {'all: n':>6s} {'median':>7s} {'p90':>7s}   {'held-out: n':>11s} {'median':>7s} {'p90':>7s}")
+    print(f"\n{title}")
+    print(f"{'group':34s} {'n':>5s} {'median':>7s} {'p90':>7s} {'signed':>7s}")
     for key in sorted(groups, key=lambda s: (s == "all", s)):
-        print(f"{key:34s} {_stats(groups[key])}   {_stats(held[key]):>27s}")
+        print(f"{key:34s} {_stats(groups[key])}")
+    return groups
+
+
+def _ordering(rows: list[Case], preds: list[float]) -> tuple[int, int]:
+    by_job: dict[tuple[str, str, int, int], list[tuple[str, float, float]]] = defaultdict(list)
+    for c, p in zip(rows, preds, strict=True):
+        by_job[(c.model.lower(), c.method, c.seq_len, c.n_gpus)].append((c.gpu, c.measured, p))
     agree = total = 0
-    for job, rows in sorted(by_job.items()):
-        gpus = {g for g, _, _ in rows}
-        if len(gpus) < 2:
-            continue
-        for (g1, m1, p1), (g2, m2, p2) in itertools.combinations(rows, 2):
+    for job, runs in sorted(by_job.items()):
+        for (g1, m1, p1), (g2, m2, p2) in itertools.combinations(runs, 2):
             if g1 == g2:
                 continue
             total += 1
@@ -195,71 +300,64 @@ def evaluate(path: Path, show_rows: bool = False) -> None:
                     f"  ordering differs for {job}: measured {g1} {m1:.0f} vs {g2} {m2:.0f}; "
                     f"predicted {p1:.0f} vs {p2:.0f}"
                 )
-    print(f"\nGPU-type ordering: {agree} of {total} pairs of the same job ordered as measured")
-    print("not evaluated: " + "; ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1])))
+    return agree, total
 
 
-def _features(c: Case) -> tuple[list[float], float, float]:
-    """Linear features of the step time: ([compute at u=1 on Ampere, on Hopper, layer passes,
-    dequant seconds per byte/param], fixed seconds (exposed communication + optimizer), measured step)."""
-    saved = (k.PER_LAYER_PASS_S, k.DEQUANT_BYTES_PER_PARAM, k.QLORA_TIME_FACTOR, k.ZERO_LAYER_PASS_S)
-    run = partial(_estimator(c), utilization=1.0)
-    try:
-        k.PER_LAYER_PASS_S = replace(k.PER_LAYER_PASS_S, value=0.0)
-        k.DEQUANT_BYTES_PER_PARAM = replace(k.DEQUANT_BYTES_PER_PARAM, value=0.0)
-        k.QLORA_TIME_FACTOR = replace(k.QLORA_TIME_FACTOR, value=1.0)
-        k.ZERO_LAYER_PASS_S = replace(k.ZERO_LAYER_PASS_S, value=0.0)
-        base = run()
-        k.PER_LAYER_PASS_S = replace(k.PER_LAYER_PASS_S, value=1.0)
-        with_launch = run()
-        k.PER_LAYER_PASS_S = replace(k.PER_LAYER_PASS_S, value=0.0)
-        k.DEQUANT_BYTES_PER_PARAM = replace(k.DEQUANT_BYTES_PER_PARAM, value=1.0)
-        with_dq = run()
-        k.DEQUANT_BYTES_PER_PARAM = replace(k.DEQUANT_BYTES_PER_PARAM, value=0.0)
-        k.ZERO_LAYER_PASS_S = replace(k.ZERO_LAYER_PASS_S, value=1.0)
-        with_zero = run()
-    finally:
-        k.PER_LAYER_PASS_S, k.DEQUANT_BYTES_PER_PARAM, k.QLORA_TIME_FACTOR, k.ZERO_LAYER_PASS_S = saved
-    hopper = c.gpu.startswith("h100")
-    compute = base.compute_s
-    launch = with_launch.compute_s - compute
-    dq = with_dq.compute_s - compute
-    zero = with_zero.compute_s - compute
-    measured_step = base.tokens_per_step / c.n_gpus / c.measured
-    fixed = base.exposed_communication_s + base.optimizer_s
-    features = [0.0 if hopper else compute, compute if hopper else 0.0, launch, dq, zero]
-    return features, fixed, measured_step
+def summary(rows: list[Case], preds: list[float]) -> dict[str, tuple[float, float, int]]:
+    out = {}
+    for key in ("full", "lora", "qlora", "all"):
+        e = [abs(p / c.measured - 1) for c, p in zip(rows, preds, strict=True) if key in ("all", c.method)]
+        out[key] = (float(np.median(e)), float(np.percentile(e, 90)), len(e)) if e else (0.0, 0.0, 0)
+    return out
 
 
-def fit(path: Path) -> None:
-    """Least squares on the even ids (relative error of the step time): utilization by
-    architecture, per-layer pass overhead and dequantization bytes per parameter."""
-    rows = [c for c, _ in cases(path) if c is not None and c.id % 2 == 0]
+def evaluate(path: Path, show_rows: bool = False) -> dict[str, tuple[float, float, int]]:
+    evaluated = cases(path)
+    skipped: dict[str, int] = defaultdict(int)
+    for case, reason in evaluated:
+        if case is None:
+            skipped[reason] += 1
+    rows = [c for c, _ in evaluated if c is not None]
     feats = [_features(c) for c in rows]
-    x = np.array([f for f, _, _ in feats])
-    y = np.array([m - fixed for _, fixed, m in feats])
-    w = 1.0 / np.array([m for _, _, m in feats])
-    sol = np.maximum(np.linalg.lstsq(x * w[:, None], y * w, rcond=None)[0], 1e-9)
-    rel = np.abs((x @ sol - y) * w)
+    loso, folds = leave_one_source_out(rows, feats)
+    in_sample = [predict(c) for c in rows]
+    if show_rows:
+        for c, p, q in zip(rows, loso, in_sample, strict=True):
+            print(
+                f"  {c.id:4d} {c.model[:12]:12s} {c.method:5s} {c.gpu:14s} n={c.n_gpus:2d} s={c.seq_len:5d} "
+                f"b={c.micro_batch:2d} ckpt={int(c.ckpt)} measured {c.measured:8.0f} LOSO {p:8.0f} "
+                f"({100 * (p / c.measured - 1):+.0f}%) in-sample {q:8.0f}"
+            )
+    _table("leave-one-source-out (headline): fit on every other source, predict this one", rows, loso)
+    _table("in sample (secondary): the library's coefficients, fitted on all sources", rows, in_sample)
+    print("\nper-fold coefficients (" + ", ".join(NAMES) + "):")
+    for source, coef in folds.items():
+        u_a, u_h, launch, dq, zero = coef.per_feature
+        print(f"  without {source:30s} u {1 / u_a:.3f} / {1 / u_h:.3f}, {launch:.5f} s, {dq:.2f} B, {zero:.5f} s")
+    agree, total = _ordering(rows, loso)
+    print("not evaluated: " + "; ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1])))
+    s = summary(rows, loso)
     print(
-        f"fit on {len(rows)} rows (even ids): median {100 * np.median(rel):.1f}%, "
-        f"p90 {100 * np.percentile(rel, 90):.1f}%"
+        "LOSO tokens/s: "
+        + ", ".join(f"{m} {100 * s[m][0]:.1f}%/{100 * s[m][1]:.1f}% (n={s[m][2]})" for m in s)
+        + f"; GPU-type ordering {agree} of {total} pairs right; fitted constants {len(NAMES)}"
     )
-    print(f"  UTILIZATION_BY_ARCH[Ampere] = {1 / sol[0]:.3f}")
-    print(f"  UTILIZATION_BY_ARCH[Hopper] = {1 / sol[1]:.3f}")
-    print(f"  PER_LAYER_PASS_S = {sol[2]:.5f}")
-    print(f"  DEQUANT_BYTES_PER_PARAM = {sol[3]:.2f}")
-    print(f"  ZERO_LAYER_PASS_S = {sol[4]:.5f}")
+    return s
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
-    ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--fit", action="store_true", help="fit on every source and print the coefficients")
     ap.add_argument("--rows", action="store_true")
     args = ap.parse_args()
     if args.fit:
-        fit(args.csv)
+        rows = [c for c, _ in cases(args.csv) if c is not None]
+        coef = fit([_features(c) for c in rows], Coefficients.physical())
+        u_a, u_h, launch, dq, zero = coef.per_feature
+        print(f"fit on {len(rows)} rows:")
+        for name, value in zip(NAMES, (1 / u_a, 1 / u_h, launch, dq, zero), strict=True):
+            print(f"  {name} = {value:.5g}")
     else:
         evaluate(args.csv, args.rows)
 

@@ -1,0 +1,70 @@
+"""Guards on the leave-one-source-out accuracy of the memory and throughput models.
+
+Each figure below is what `python benchmarks/memory_accuracy.py` and
+`python benchmarks/throughput_accuracy.py` printed as their last line when it was last reported
+(closing note of 2026-12-02). A change that makes the held-out error worse than that fails here,
+whatever it does in sample; a change that improves it should lower these figures.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import memory_accuracy
+import throughput_accuracy
+
+from ftsolve.solver import _coefficients as k
+
+DATA = memory_accuracy.DEFAULT_CSV
+SLACK = 0.005  # half a percentage point: the reported figures are rounded to 0.1
+
+# method: (median, p90) of |predicted / measured - 1|, leave-one-source-out
+MEMORY_REPORTED = {"full": (0.130, 0.236), "lora": (0.089, 0.286), "qlora": (0.157, 0.338), "all": (0.123, 0.289)}
+THROUGHPUT_REPORTED = {"full": (0.118, 0.258), "lora": (0.178, 0.661), "qlora": (0.577, 1.325), "all": (0.181, 0.893)}
+
+
+@pytest.fixture(scope="module")
+def memory_loso() -> list[memory_accuracy.Outcome]:
+    cases, _ = memory_accuracy.evaluable(DATA)
+    return memory_accuracy.leave_one_source_out(cases)[0]
+
+
+def test_memory_leave_one_source_out_does_not_regress(memory_loso: list[memory_accuracy.Outcome]) -> None:
+    summary = memory_accuracy.summary(memory_loso)
+    for method, (median, p90) in MEMORY_REPORTED.items():
+        got_median, got_p90, n = summary[method]
+        assert n > 0
+        assert got_median <= median + SLACK, (method, got_median)
+        assert got_p90 <= p90 + SLACK, (method, got_p90)
+
+
+def test_memory_fit_verdicts_do_not_regress(memory_loso: list[memory_accuracy.Outcome]) -> None:
+    wrong_ok, n_ok, right_oom, n_oom = memory_accuracy._verdicts(memory_loso)
+    assert n_ok > 100 and n_oom > 10
+    assert wrong_ok <= 2  # runs that succeeded but are predicted not to fit
+    assert right_oom == n_oom  # every run that went out of memory is predicted not to fit
+
+
+def test_stated_memory_bands_cover_the_validated_error(memory_loso: list[memory_accuracy.Outcome]) -> None:
+    # An estimate's band may be wider than what validation measured, never narrower.
+    for key, band in memory_accuracy.bands(memory_loso).items():
+        assert k.MEMORY_BANDS.get(key, 0.0) >= band - 0.001, key
+
+
+def test_throughput_leave_one_source_out_does_not_regress() -> None:
+    rows = [c for c, _ in throughput_accuracy.cases(DATA) if c is not None]
+    feats = [throughput_accuracy._features(c) for c in rows]
+    preds, _folds = throughput_accuracy.leave_one_source_out(rows, feats)
+    summary = throughput_accuracy.summary(rows, preds)
+    for method, (median, p90) in THROUGHPUT_REPORTED.items():
+        got_median, got_p90, n = summary[method]
+        assert n > 0
+        assert got_median <= median + SLACK, (method, got_median)
+        assert got_p90 <= p90 + SLACK, (method, got_p90)
+    agree, total = throughput_accuracy._ordering(rows, preds)
+    assert total > 0 and agree == total
