@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Literal, cast
 
 import numpy as np
-from memory_accuracy import DEFAULT_CSV, _archs
+from memory_accuracy import DEFAULT_CSV, _archs, _stats
 
 from ftsolve.catalog import ModelArch
 from ftsolve.solver import _coefficients as k
@@ -259,16 +259,6 @@ def leave_one_source_out(rows: list[Case], feats: list[Features]) -> tuple[list[
             if c.source == source:
                 preds[i] = _predicted_tps(c, f, coef)
     return preds, folds
-
-
-def _stats(errors: list[float]) -> str:
-    if not errors:
-        return f"{0:5d} {'-':>7s} {'-':>7s} {'-':>7s}"
-    a = np.array(errors)
-    return (
-        f"{len(a):5d} {100 * np.median(np.abs(a)):6.1f}% {100 * np.percentile(np.abs(a), 90):6.1f}% "
-        f"{100 * np.median(a):+6.1f}%"
-    )
 
 
 def _table(title: str, rows: list[Case], preds: list[float]) -> dict[str, list[float]]:
