@@ -9,7 +9,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ftsolve._errors import InvalidJobSpec
-from ftsolve.catalog._hf import load_config_json
+from ftsolve.catalog._hf import config_json_path, load_config_json
 from ftsolve.catalog._load import Catalog, load_catalog
 from ftsolve.catalog._models import ModelArch
 from ftsolve.solver import _coefficients as k
@@ -27,9 +27,9 @@ from ftsolve.solver._memory import (
 )
 
 # Error bands stated with every estimate: the leave-one-source-out accuracy of the model per
-# method and stack (k.memory_band), and a wider band when the architecture had to be guessed
-# from a bare parameter count.
-ARCH_KNOWN_BAND = k.MEMORY_BANDS["all"]
+# method and stack (k.memory_band), widened to at least PARAM_COUNT_BAND when the architecture
+# had to be guessed from a bare parameter count (a known architecture widens nothing).
+ARCH_KNOWN_BAND = 0.0
 PARAM_COUNT_BAND = 0.40
 
 
@@ -104,9 +104,9 @@ def resolve_arch(model: str | ModelArch | Path | float, catalog: Catalog) -> tup
     if isinstance(model, (int, float)):
         arch = arch_from_param_count(float(model))
         return arch, PARAM_COUNT_BAND, arch.source
-    if isinstance(model, Path) or str(model).endswith(".json") or Path(str(model)).is_dir():
-        arch = load_config_json(model)
-        return arch, ARCH_KNOWN_BAND, str(model)
+    path = model if isinstance(model, Path) else config_json_path(str(model), Path())
+    if path is not None:
+        return load_config_json(path), ARCH_KNOWN_BAND, str(model)
     arch = catalog.model(str(model))
     return arch, ARCH_KNOWN_BAND, arch.source
 
@@ -202,7 +202,7 @@ def estimate_memory(
         device_gib=round(reserved + overheads + managed, 3),
         managed_gib=round(managed, 3),
         peak_gib=round(peak, 3),
-        error_band=max(k.memory_band(method, opts.stack), band if band == PARAM_COUNT_BAND else 0.0),
+        error_band=max(k.memory_band(method, opts.stack), band),
         architecture_source=where,
         gpu=gpu,
         usable_gib=usable,

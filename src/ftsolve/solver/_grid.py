@@ -22,6 +22,7 @@ from ftsolve.catalog._load import Catalog
 from ftsolve.catalog._models import GpuSpec, ModelArch, Offer
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._cost import FALLBACK, OD, SPOT, RunCosts, RunInputs, price_runs
+from ftsolve.solver._estimate import resolve_arch
 from ftsolve.solver._job import EEA_COUNTRIES, MARKETS, METHODS, JobSpec
 from ftsolve.solver._memory import (
     DDP,
@@ -66,7 +67,8 @@ CONSTRAINTS = ("compatibility", "quota", "memory", "deadline", "budget")
 
 
 def resolve_model(job: JobSpec, catalog: Catalog) -> ModelArch:
-    return job.model if isinstance(job.model, ModelArch) else catalog.model(job.model)
+    """The job's architecture: given, a preset, or a config.json path (as estimates resolve it)."""
+    return resolve_arch(job.model, catalog)[0]
 
 
 @dataclass(frozen=True)
@@ -243,7 +245,8 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     ranked plans are the same either way (see _market_rows), the candidate counts smaller.
     """
     arch = resolve_model(job, catalog)
-    sizes = ModelSizes.of(arch, job.lora_rank, job.lora_targets, job.memory_options().framework)
+    opts = job.memory_options()
+    sizes = ModelSizes.of(arch, job.lora_rank, job.lora_targets, opts.framework)
     arr = catalog.arrays
     scope_mask, scope = _scope(job, catalog)
     gpu_names = sorted(set(arr.gpu[scope_mask].tolist()))
@@ -296,7 +299,6 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     card_gib = per_gpu([g.memory_gib for g in specs], np.float64)[hi]
     usable = card_gib * k.USABLE_MEMORY_FRACTION.value * k.GIB
 
-    opts = job.memory_options()
     synced = memory_terms(sizes, opts, job.seq_len, p_method, p_quant, p_shard, p_ckpt, p_n)
     whole = unsharded_gradient_bytes(sizes, opts, p_method, p_shard, p_n, True)
     per_rank_batch = np.ceil(job.global_batch_size / p_n).astype(np.int64)
