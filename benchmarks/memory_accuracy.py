@@ -536,9 +536,11 @@ def _outcome(case: Case, p: Pieces, coef: Coefficients) -> Outcome:
     return Outcome(case, err, wrong)
 
 
-def leave_one_source_out(all_cases: list[Case]) -> tuple[list[Outcome], dict[str, Coefficients]]:
+def leave_one_source_out(
+    all_cases: list[Case], pieces: dict[int, Pieces] | None = None
+) -> tuple[list[Outcome], dict[str, Coefficients]]:
     """Refit on every source but one, predict that one; every evaluable source in turn."""
-    pieces = {c.id: _pieces(c) for c in all_cases}
+    pieces = pieces if pieces is not None else {c.id: _pieces(c) for c in all_cases}
     prior = Coefficients.physical()
     fitted = [c for c in all_cases if c.measured_gib is not None]
     out: list[Outcome] = []
@@ -615,9 +617,9 @@ def _verdicts(outcomes: list[Outcome]) -> tuple[int, int, int, int]:
 
 def evaluate(path: Path, show_rows: bool = False) -> dict[str, tuple[float, float, int]]:
     all_cases, skipped = evaluable(path)
-    loso, folds = leave_one_source_out(all_cases)
-    current = Coefficients.current()
     pieces = {c.id: _pieces(c) for c in all_cases}
+    loso, folds = leave_one_source_out(all_cases, pieces)
+    current = Coefficients.current()
     in_sample = [_outcome(c, pieces[c.id], current) for c in all_cases]
     for c, o in zip(all_cases, in_sample, strict=True):  # the analytic form is the library's
         if o.error is not None:

@@ -308,7 +308,8 @@ def unsharded_gradient_bytes(
     GradientAccumulationPlugin.sync_each_batch). When every micro-batch syncs, only the root unit's
     gradient (embeddings, an untied lm_head) is whole, through the backward. Lightning FSDP wraps
     adapters and frozen weights in one FlatParameter, which gets one gradient of its full size even
-    when only the adapters in it train. DeepSpeed accumulates into its partitioned gradients.
+    when only the adapters in it train. DeepSpeed accumulates into its partitioned gradients, and
+    torchtune's FSDP2 recipes reduce-scatter every micro-batch (Stack.fsdp_unsharded_accumulation).
     """
     n = n_gpus.astype(np.float64)
     full = method == FULL
@@ -319,7 +320,7 @@ def unsharded_gradient_bytes(
         grad_bytes = np.where(full, grad_bytes, sizes.total_params * 2.0)
     sharded = (shard == ZERO3) & (n > 1) & (not deepspeed)
     root = np.where((sharded | opts.offload_params) & (not deepspeed) & full, sizes.embedding_params * g_b, 0.0)
-    no_sync = sharded & accumulating & (not opts.offload_params)
+    no_sync = sharded & accumulating & (not opts.offload_params) & STACKS[opts.stack].fsdp_unsharded_accumulation
     out: F = np.where(no_sync, grad_bytes * (1.0 - 1.0 / n), root)
     return out
 
