@@ -20,8 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from ftsolve._files import write_atomically  # noqa: E402
 from ftsolve.catalog import GpuSpec, Offer, load_gpus  # noqa: E402
-from ftsolve.catalog._import import offers_to_csv, read_skypilot, write_atomically  # noqa: E402
+from ftsolve.catalog._import import offers_to_csv, read_skypilot  # noqa: E402
 from ftsolve.catalog._load import _offer_from_row  # noqa: E402
 from ftsolve.catalog._names import resolve_gpu  # noqa: E402
 

@@ -4,10 +4,11 @@
     ├── InvalidJobSpec (ValueError)        a job input is out of range or inconsistent
     ├── UnknownCatalogEntry (LookupError)   a GPU, model or provider name is not in the catalog
     ├── CatalogError (ValueError)           a catalog or model-config file is malformed
+    ├── UnsafeOutput (ValueError)           an output path is not a regular file, or cannot be written
     └── NoFeasiblePlan                      every candidate breaks some constraint; carries the diagnosis
 
-The CLI maps InvalidJobSpec, UnknownCatalogEntry and CatalogError to exit code 2 and
-NoFeasiblePlan to exit code 1. Messages are one line and say how to fix the input.
+Each exception carries its exit code (`exit_code`, click's pattern): 2 for bad input, 1 for
+NoFeasiblePlan. Messages are one line and say how to fix the input.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 class FtsolveError(Exception):
     """Base class of every error ftsolve raises on purpose."""
 
+    exit_code = 2
+
 
 class InvalidJobSpec(FtsolveError, ValueError):
     """Raised when a job input is out of range, malformed or inconsistent."""
@@ -29,6 +32,10 @@ class InvalidJobSpec(FtsolveError, ValueError):
 
 class CatalogError(FtsolveError, ValueError):
     """Raised when a catalog, offers or model-config file cannot be used as it is."""
+
+
+class UnsafeOutput(FtsolveError, ValueError):
+    """Raised when an output path holds something other than a regular file (a link, FIFO, device)."""
 
 
 class UnknownCatalogEntry(FtsolveError, LookupError):
@@ -48,6 +55,8 @@ class UnknownCatalogEntry(FtsolveError, LookupError):
 
 class NoFeasiblePlan(FtsolveError):
     """Raised when no candidate satisfies every constraint; `.infeasibility` says why."""
+
+    exit_code = 1
 
     def __init__(self, infeasibility: Infeasibility) -> None:
         self.infeasibility = infeasibility

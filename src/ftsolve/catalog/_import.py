@@ -9,13 +9,13 @@ import csv
 import datetime as dt
 import io
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ftsolve._errors import CatalogError
+from ftsolve._files import write_atomically
 from ftsolve.catalog._load import OFFER_COLUMNS, _offer_from_row, parse_offers
 from ftsolve.catalog._models import GpuSpec, Offer
 from ftsolve.catalog._names import resolve_gpu
@@ -298,23 +298,6 @@ def offers_to_csv(offers: Iterable[Offer]) -> str:
         row["price_date_estimated"] = "true" if o.price_date_estimated else "false"
         w.writerow({c: "" if row.get(c) is None else row[c] for c in WRITE_COLUMNS})
     return out.getvalue()
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write to a temporary file in the same folder and rename it over `path`: readers see the old
-    file or the new one, never half of either, and a failure leaves the old file untouched."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def merge_into_user_catalog(new: list[Offer], gpus: Mapping[str, GpuSpec], path: Path | None = None) -> Path:

@@ -12,11 +12,11 @@ import yaml
 
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
 from ftsolve._exports import EXPORTERS, export_plan
+from ftsolve._files import write_atomically
 from ftsolve._tomllib import tomllib
 from ftsolve._units import parse_count, parse_hours, parse_usd
 from ftsolve.catalog import load_catalog, load_config_json
 from ftsolve.catalog._hf import config_json_path
-from ftsolve.catalog._import import write_atomically
 from ftsolve.cli._catalog import catalog_group, models_group
 from ftsolve.cli._common import errors
 from ftsolve.cli._estimate import estimate_group

@@ -12,7 +12,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from ftsolve._errors import InvalidJobSpec
-from ftsolve.catalog._import import write_atomically
+from ftsolve._files import write_atomically
 from ftsolve.cli._common import console
 from ftsolve.solver import Infeasibility, Plan, PlanSet
 from ftsolve.solver._job import JobSpec
