@@ -44,6 +44,7 @@ def test_public_names_are_pinned() -> None:
         "TimeBreakdown",
         "TimeEstimate",
         "UnknownCatalogEntry",
+        "UnsafeOutput",
         "__version__",
         "check_plan",
         "estimate_memory",

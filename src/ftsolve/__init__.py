@@ -13,6 +13,7 @@ from ftsolve._errors import (
     InvalidJobSpec,
     NoFeasiblePlan,
     UnknownCatalogEntry,
+    UnsafeOutput,
 )
 from ftsolve._exports import export_plan
 from ftsolve.catalog import Catalog, GpuSpec, ModelArch, Offer, load_catalog, load_config_json
@@ -57,6 +58,7 @@ __all__ = [
     "TimeBreakdown",
     "TimeEstimate",
     "UnknownCatalogEntry",
+    "UnsafeOutput",
     "__version__",
     "check_plan",
     "estimate_memory",

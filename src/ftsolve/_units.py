@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from ftsolve._errors import InvalidJobSpec
@@ -23,15 +24,21 @@ _HOURS_SUFFIX = {
 }
 
 
+def _finite(value: float, text: str, what: str) -> None:
+    if not math.isfinite(value):
+        raise InvalidJobSpec(f"invalid {what} {str(text)[:24]!r}: too large a number")
+
+
 def parse_count(text: str, what: str = "tokens") -> int:
     """'50M' -> 50_000_000; '1.5B' -> 1_500_000_000; '2e9' and '50_000' work too."""
     s = str(text).strip().lower().replace("_", "").replace(",", "")
     m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbgt]?)", s)
     if not m:
-        raise InvalidJobSpec(f"invalid {what} {text!r}: use a number with an optional K/M/B suffix, e.g. 50M")
+        raise InvalidJobSpec(f"invalid {what} {str(text)[:40]!r}: use a number with an optional K/M/B suffix, e.g. 50M")
     value = float(m.group(1)) * _COUNT_SUFFIX[m.group(2)]
+    _finite(value, text, what)
     if value <= 0:
-        raise InvalidJobSpec(f"invalid {what} {text!r}: must be positive")
+        raise InvalidJobSpec(f"invalid {what} {str(text)[:40]!r}: must be positive")
     return round(value)
 
 
@@ -40,10 +47,11 @@ def parse_hours(text: str, what: str = "deadline") -> float:
     s = str(text).strip().lower().replace(" ", "")
     m = re.fullmatch(r"(-?[0-9]*\.?[0-9]+)([a-z]*)", s)
     if not m or m.group(2) not in _HOURS_SUFFIX:
-        raise InvalidJobSpec(f"invalid {what} {text!r}: use hours like 24h, 90m or 2d")
+        raise InvalidJobSpec(f"invalid {what} {str(text)[:40]!r}: use hours like 24h, 90m or 2d")
     value = float(m.group(1)) * _HOURS_SUFFIX[m.group(2)]
+    _finite(value, text, what)
     if value <= 0:
-        raise InvalidJobSpec(f"invalid {what} {text!r}: must be positive")
+        raise InvalidJobSpec(f"invalid {what} {str(text)[:40]!r}: must be positive")
     return value
 
 
@@ -52,8 +60,9 @@ def parse_usd(text: str, what: str = "budget") -> float:
     s = str(text).strip().lower().replace(",", "").replace("_", "")
     m = re.fullmatch(r"\$?\s*(-?[0-9]*\.?[0-9]+)\s*(k?)\s*(usd|\$)?", s)
     if not m:
-        raise InvalidJobSpec(f"invalid {what} {text!r}: use US dollars like 300 or $1.2k")
+        raise InvalidJobSpec(f"invalid {what} {str(text)[:40]!r}: use US dollars like 300 or $1.2k")
     value = float(m.group(1)) * (1000 if m.group(2) else 1)
+    _finite(value, text, what)
     if value <= 0:
-        raise InvalidJobSpec(f"invalid {what} {text!r}: must be positive")
+        raise InvalidJobSpec(f"invalid {what} {str(text)[:40]!r}: must be positive")
     return value

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ftsolve._errors import CatalogError
+from ftsolve._files import JOB_FILE_MAX_BYTES, read_text_file
 from ftsolve.catalog._models import ModelArch
 
 # Field spellings across architectures (GPT-2/NeoX/Falcon/MPT/Phi use older names).
@@ -259,14 +260,13 @@ def load_config_json(path: str | Path) -> ModelArch:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CatalogError(f"{p}: cannot read model config ({exc.strerror})") from None
+    text = read_text_file(p, "model config", CatalogError, JOB_FILE_MAX_BYTES)
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CatalogError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise CatalogError(f"{p}: not a model config (nested too deeply)") from None
     # A Hub download keeps config.json in a folder named after the model; a renamed copy names itself.
     fallback = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
     name = str(cfg.get("_name_or_path") or fallback) if isinstance(cfg, dict) else p.stem

@@ -5,20 +5,20 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import yaml
 
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
 from ftsolve._exports import EXPORTERS, export_plan
-from ftsolve._files import write_atomically
+from ftsolve._files import JOB_FILE_MAX_BYTES, load_yaml, read_text_file, write_atomically
 from ftsolve._tomllib import tomllib
 from ftsolve._units import parse_count, parse_hours, parse_usd
 from ftsolve.catalog import load_catalog, load_config_json
 from ftsolve.catalog._hf import config_json_path
 from ftsolve.cli._catalog import catalog_group, models_group
-from ftsolve.cli._common import errors
+from ftsolve.cli._common import errors, plain
 from ftsolve.cli._estimate import estimate_group
 from ftsolve.cli._render import (
     progress_bar,
@@ -49,8 +49,8 @@ def _quota(value: str | None) -> dict[str, int] | None:
     out = {}
     for part in value.split(","):
         name, _, number = part.partition("=")
-        if not number.strip().isdigit():
-            raise InvalidJobSpec(f"invalid --quota {value!r}: use provider=GPUs pairs like aws=8,gcp=16")
+        if not name.strip() or not number.strip().isdigit():
+            raise InvalidJobSpec(f"invalid --quota {value[:40]!r}: use provider=GPUs pairs like aws=8,gcp=16")
         out[name.strip().lower()] = int(number)
     return out
 
@@ -236,24 +236,20 @@ _FILE_UNITS: dict[str, Callable[[Any], Any]] = {
 def load_job_file(path: str) -> dict[str, Any]:
     """A job file's fields (JobSpec names; numbers may carry units: 50M, 36h, $500)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidJobSpec(f"{path}: cannot read job file ({exc.strerror})") from None
-    try:
-        if p.suffix.lower() == ".toml":
+    text = read_text_file(p, "job file", InvalidJobSpec, JOB_FILE_MAX_BYTES)
+    if p.suffix.lower() == ".toml":
+        try:
             data: Any = tomllib.loads(text)
-        else:
-            data = yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise InvalidJobSpec(
-            f"{path}: not valid {'TOML' if p.suffix.lower() == '.toml' else 'YAML'} ({str(exc).splitlines()[0]})"
-        ) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise InvalidJobSpec(f"{path}: not valid TOML ({str(exc).splitlines()[0][:80]})") from None
+    else:
+        data = load_yaml(text, str(path), InvalidJobSpec)
     if not isinstance(data, dict):
         raise InvalidJobSpec(f"{path}: expected a mapping of job fields")
-    unknown = sorted(set(data) - set(JobSpec.model_fields))
+    unknown = sorted((str(key) for key in data if key not in JobSpec.model_fields), key=str)
     if unknown:
-        raise InvalidJobSpec(f"{path}: unknown field {unknown[0]!r}; fields are JobSpec's (ftsolve schema job)")
+        shown = str(unknown[0])[:40]
+        raise InvalidJobSpec(f"{path}: unknown field {shown!r}; fields are JobSpec's (ftsolve schema job)")
     out = dict(data)
     for field_name, parse in _FILE_UNITS.items():
         if isinstance(out.get(field_name), str):
@@ -290,11 +286,15 @@ def _plans_or_exit(o: dict[str, Any], top: int, within: float | None) -> PlanSet
     try:
         return plan(job, catalog, engine=o["engine"], top=top, within=within)
     except NoFeasiblePlan as exc:
-        if o["json"]:
-            click.echo(exc.infeasibility.model_dump_json(indent=2))
-        else:
-            render_infeasible(exc.infeasibility)
-        sys.exit(1)
+        _exit_infeasible(exc, o["json"])
+
+
+def _exit_infeasible(exc: NoFeasiblePlan, as_json: bool) -> NoReturn:
+    if as_json:
+        click.echo(exc.infeasibility.model_dump_json(indent=2))
+    else:
+        render_infeasible(exc.infeasibility)
+    sys.exit(exc.exit_code)
 
 
 def _warn_stale(result: PlanSet, max_age_days: int) -> None:
@@ -303,7 +303,7 @@ def _warn_stale(result: PlanSet, max_age_days: int) -> None:
         age = (today - p.price_date).days
         if age > max_age_days:
             click.echo(
-                f"warning: plan {p.rank}'s price is {age} days old ({p.price_date}, {p.offer.provider}); "
+                f"warning: plan {p.rank}'s price is {age} days old ({p.price_date}, {plain(p.offer.provider)}); "
                 "refresh it with `ftsolve catalog import`",
                 err=True,
             )
@@ -363,7 +363,8 @@ def export_cmd(kind: str, rank: int, out: Path | None, **o: Any) -> None:
         raise InvalidJobSpec(f"invalid rank {rank}: there are {len(result.plans)} plans")
     catalog = load_catalog(o["offers"])
     text = yaml.safe_dump(export_plan(kind, result.plans[rank - 1], result.job, catalog), sort_keys=False)
-    header = f"# ftsolve plan {rank}: {result.plans[rank - 1].why}\n"
+    # The reason names providers from the catalog: one comment line whatever they contain.
+    header = f"# ftsolve plan {rank}: {' '.join(result.plans[rank - 1].why.split())}\n"
     if out is None:
         click.echo(header + text, nl=False)
     else:
@@ -407,10 +408,13 @@ def pareto_cmd(sweep: str, points: int, plot: Path | None, **o: Any) -> None:
     """Expected cost against finish time: the frontier over a swept deadline (or budget)."""
     job = job_from_options(o)
     catalog = load_catalog(o["offers"])
-    with progress_bar(points, enabled=not o["json"]) as advance:
-        frontier = pareto(
-            job, catalog, sweep="deadline" if sweep == "deadline" else "budget", points=points, on_point=advance
-        )
+    try:
+        with progress_bar(points, enabled=not o["json"]) as advance:
+            frontier = pareto(
+                job, catalog, sweep="deadline" if sweep == "deadline" else "budget", points=points, on_point=advance
+            )
+    except NoFeasiblePlan as exc:
+        _exit_infeasible(exc, o["json"])
     if o["json"]:
         click.echo(json.dumps([p.model_dump() for p in frontier], indent=2))
     else:

@@ -16,6 +16,7 @@ from ftsolve.catalog._providers import (
     provider_defaults,
 )
 from ftsolve.solver import _coefficients as k
+from ftsolve.solver._cost import MAX_HOURS
 from ftsolve.solver._engines import ENGINES
 from ftsolve.solver._explain import diagnose
 from ftsolve.solver._grid import CandidateTable, build_candidates
@@ -92,7 +93,8 @@ def objective_key(job: JobSpec, t: CandidateTable) -> tuple[NDArray[np.int64], N
     """(integer key to minimize, tie rank) for the job's objective; ties go to the cheaper plan,
     then to the stable candidate order."""
     cost = t.total_cents
-    hours = np.where(np.isfinite(t.expected_hours), t.expected_hours, 1e7)
+    # Unbounded rows are masked out; capping their hours keeps every key far inside int64.
+    hours = np.where(np.isfinite(t.expected_hours), np.minimum(t.expected_hours, MAX_HOURS), MAX_HOURS)
     if job.objective == "time":
         key = np.rint(hours * 360_000.0).astype(np.int64)  # centiseconds
     elif job.objective == "weighted":
@@ -390,4 +392,22 @@ def check_plan(job: JobSpec, catalog: Catalog, p: Plan) -> list[str]:
         problems.append("cost items do not sum to the total")
     if p.micro_batch * p.grad_accum * p.n_gpus < job.global_batch_size:
         problems.append("micro-batch x accumulation x GPUs is below the global batch")
-    return problems
+    return problems + _figure_problems(p)
+
+
+def _figure_problems(p: Plan) -> list[str]:
+    """Every cost, time and memory figure of a plan is finite and not negative."""
+    figures: dict[str, float | None] = {
+        "total_cost_usd": p.total_cost_usd,
+        "price_usd_per_gpu_hour": p.price_usd_per_gpu_hour,
+        **{f"cost {c.name}": c.usd for c in p.cost_items},
+        **{f"time {name}": v for name, v in p.time.model_dump().items() if isinstance(v, float)},
+        **{f"memory {name}": v for name, v in p.memory.components_gib.items()},
+        "memory peak_gib": p.memory.peak_gib,
+        **{f"slack {name}": v for name, v in p.slack.items()},
+    }
+    return [
+        f"{name} is {value!r}"
+        for name, value in figures.items()
+        if value is not None and (not math.isfinite(value) or value < 0)
+    ]

@@ -67,8 +67,30 @@ class RunCosts:
     spot_fraction: F
 
 
+# Beyond these a figure means no real plan (a 405B model on one small card for a century): such
+# candidates are masked out ("bounded"), and their cents are clipped here, before the cast, so that
+# a sum of items can never wrap int64 into a negative cost.
+MAX_CENTS = 10**14  # 1e12 USD
+MAX_HOURS = 1e6  # 114 years
+
+
 def _cents(x: F) -> I:
-    out: I = np.rint(x * 100.0).astype(np.int64)
+    """USD -> integer cents; non-finite or out-of-range values become MAX_CENTS, never a wrapped int."""
+    cents = x * 100.0
+    clipped = np.where(np.isfinite(cents), np.clip(cents, -float(MAX_CENTS), float(MAX_CENTS)), float(MAX_CENTS))
+    out: I = np.rint(clipped).astype(np.int64)
+    return out
+
+
+def bounded(total_cents: I, expected_hours: F, quantile_hours: F) -> B:
+    """Candidates whose cost and times are finite and below the limits above."""
+    out: B = (
+        (total_cents < MAX_CENTS)
+        & np.isfinite(expected_hours)
+        & (expected_hours < MAX_HOURS)
+        & np.isfinite(quantile_hours)
+        & (quantile_hours < MAX_HOURS)
+    )
     return out
 
 
@@ -167,6 +189,7 @@ def price_runs(
     total = np.zeros(n, dtype=np.int64)
     for cents in items.values():  # a running sum: stacking the items first costs a copy of them all
         total += cents
+    total = np.minimum(total, MAX_CENTS)
     return RunCosts(
         items_cents=items,
         total_cents=total.astype(np.int64),

@@ -15,6 +15,7 @@ _NAMES = {
     "compatibility": "hardware/software compatibility",
     "quota": "your GPU quotas",
     "memory": "memory fit",
+    "bounded": "a finite cost and time (under 10^12 USD and 10^6 hours)",
     "deadline": "the deadline",
     "budget": "the budget",
 }

@@ -21,7 +21,7 @@ from ftsolve.catalog._arrays import BILLING_CODES, OfferArrays
 from ftsolve.catalog._load import Catalog
 from ftsolve.catalog._models import GpuSpec, ModelArch, Offer
 from ftsolve.solver import _coefficients as k
-from ftsolve.solver._cost import FALLBACK, OD, SPOT, RunCosts, RunInputs, price_runs
+from ftsolve.solver._cost import FALLBACK, OD, SPOT, RunCosts, RunInputs, bounded, price_runs
 from ftsolve.solver._estimate import resolve_arch
 from ftsolve.solver._job import EEA_COUNTRIES, MARKETS, METHODS, JobSpec
 from ftsolve.solver._memory import (
@@ -63,7 +63,7 @@ for _m, _q, _shards in (
         for _c in (0, 1):
             _CONFIGS.append((_m, _q, _s, _c))
 CONFIGS: NDArray[np.int64] = np.array(_CONFIGS, dtype=np.int64)
-CONSTRAINTS = ("compatibility", "quota", "memory", "deadline", "budget")
+CONSTRAINTS = ("compatibility", "quota", "memory", "bounded", "deadline", "budget")
 
 
 def resolve_model(job: JobSpec, catalog: Catalog) -> ModelArch:
@@ -424,6 +424,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
         "compatibility": compat[hi[c_p], ti[c_p]],
         "quota": _quota_mask(job, arr.provider[c_offer], c_n),
         "memory": fits[c_p],
+        "bounded": ~runnable | bounded(total, expected_h, quantile_h),
         "deadline": ~runnable | (quantile_h <= job.deadline_hours)
         if job.deadline_hours is not None
         else np.ones(len(c_offer), bool),

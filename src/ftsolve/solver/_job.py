@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ftsolve._errors import InvalidJobSpec
 from ftsolve.catalog._models import ModelArch
@@ -56,17 +65,31 @@ EU_COUNTRIES = frozenset(
 EEA_COUNTRIES = EU_COUNTRIES | {"IS", "NO", "LI"}
 
 
+# Spellings people use for ISO 3166-1 alpha-2 codes (Greece is "EL" in EU documents).
+_COUNTRY_ALIASES = {"UK": "GB", "EL": "GR"}
+
+
+def iso_country(code: str) -> str:
+    """An ISO 3166-1 alpha-2 code, upper case ('de' -> 'DE', 'UK' -> 'GB'); anything else is refused."""
+    c = code.strip().upper()
+    if len(c) != 2 or not c.isascii() or not c.isalpha():
+        raise ValueError(f"country {code[:20]!r} is not a two-letter ISO code like DE or US")
+    return _COUNTRY_ALIASES.get(c, c)
+
+
 class JobSpec(BaseModel):
     """A fine-tuning job: what to train, how much, and the limits a plan must respect."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Non-finite numbers are refused; every bound below is far beyond any real job, so that the
+    # cost arithmetic (integer cents) stays exact and a typo is caught rather than planned.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     model: str | ModelArch = Field(
         description="preset name (see `ftsolve models list`) or an architecture; a job file may name a config.json"
     )
-    train_tokens: int = Field(gt=0, description="tokens to train on, all epochs together")
+    train_tokens: int = Field(gt=0, le=10**15, description="tokens to train on, all epochs together")
     seq_len: int = Field(gt=0, le=1_048_576, description="sequence length in tokens")
-    global_batch_size: int = Field(default=16, gt=0, description="sequences per optimizer step")
+    global_batch_size: int = Field(default=16, gt=0, le=1_048_576, description="sequences per optimizer step")
     methods: tuple[Method, ...] = METHODS
     optimizer: Optimizer = "adamw"
     lora_rank: int = Field(default=16, gt=0, le=4096)
@@ -105,15 +128,15 @@ class JobSpec(BaseModel):
     quantized_head: bool | None = Field(
         default=None, description="quantize lm_head with the layers (default: LitGPT yes, others no)"
     )
-    deadline_hours: float | None = Field(default=None, gt=0)
-    budget_usd: float | None = Field(default=None, gt=0)
+    deadline_hours: float | None = Field(default=None, gt=0, le=87_600, description="at most 10 years")
+    budget_usd: float | None = Field(default=None, gt=0, le=1e9)
     deadline_confidence: float = Field(default=0.9, ge=0.5, lt=1.0)
     objective: Literal["cost", "time", "weighted"] = Field(
         default="cost",
         description="minimum expected cost, minimum time within the budget, or cost + value of time",
     )
     time_value_usd_per_hour: float = Field(
-        default=0.0, ge=0, description="for objective 'weighted': what an hour of earlier finish is worth"
+        default=0.0, ge=0, le=1e6, description="for objective 'weighted': what an hour of earlier finish is worth"
     )
     markets: tuple[Market, ...] = MARKETS
     providers: tuple[str, ...] | None = None
@@ -123,7 +146,7 @@ class JobSpec(BaseModel):
     gpus: tuple[str, ...] | None = Field(default=None, description="allowed canonical GPU ids")
     max_gpus: int = Field(default=64, gt=0, le=4096)
     max_nodes: int = Field(default=4, gt=0, le=512)
-    gpu_quota: dict[str, int] | None = Field(
+    gpu_quota: dict[str, Annotated[int, Field(ge=0, le=1_000_000)]] | None = Field(
         default=None, description="most GPUs you may hold at once, by provider (e.g. {'aws': 8})"
     )
     real_token_fraction: float = Field(
@@ -135,9 +158,11 @@ class JobSpec(BaseModel):
         le=10.0,
         description="evaluation tokens as a share of training tokens (forward only)",
     )
-    download_mb_per_s: float = Field(default=200.0, gt=0, description="base-model download bandwidth")
-    dataset_gb: float = Field(default=1.0, ge=0)
-    retention_days: float = Field(default=7.0, ge=0, description="days volumes are kept after the run")
+    download_mb_per_s: float = Field(
+        default=200.0, ge=0.01, le=1e6, description="base-model download bandwidth (10 kB/s to 1 TB/s)"
+    )
+    dataset_gb: float = Field(default=1.0, ge=0, le=1e6)
+    retention_days: float = Field(default=7.0, ge=0, le=3650, description="days volumes are kept after the run")
     trial_runs: int = Field(default=0, ge=0, le=1000, description="short trial runs before the final run")
     trial_fraction: float = Field(default=0.05, gt=0, le=1.0, description="share of the data each trial uses")
     failure_probability: float = Field(
@@ -153,8 +178,23 @@ class JobSpec(BaseModel):
 
     @field_validator("countries")
     @classmethod
-    def _upper(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        return None if v is None else tuple(c.upper() for c in v)
+    def _iso_countries(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if v is None else tuple(iso_country(c) for c in v)
+
+    @field_validator("gpu_quota")
+    @classmethod
+    def _quota_names(cls, v: dict[str, int] | None) -> dict[str, int] | None:
+        if v is not None and any(not name.strip() for name in v):
+            raise ValueError("quota names a provider: use provider=GPUs pairs like aws=8")
+        return None if v is None else {name.strip().lower(): n for name, n in v.items()}
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, v: object, info: ValidationInfo) -> object:
+        # pydantic reads `deadline_hours: true` as 1 hour; a flag where a number belongs is a mistake.
+        if isinstance(v, bool) and info.field_name in _NUMBER_FIELDS:
+            raise ValueError("expected a number, not true/false")
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
@@ -196,5 +236,14 @@ def describe_validation_error(exc: ValidationError) -> str:
     first = exc.errors()[0]
     field = ".".join(str(p) for p in first["loc"]) or "job"
     value = first.get("input")
-    shown = f" (got {value!r})" if not isinstance(value, dict) else ""
-    return f"invalid {field}: {first['msg']}{shown}"
+    shown = ""
+    if not isinstance(value, (dict, list, tuple)):
+        text = repr(value)
+        shown = f" (got {text[:40]}{'...' if len(text) > 40 else ''})"
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return f"invalid {field}: {message}{shown}"
+
+
+_NUMBER_FIELDS = frozenset(
+    name for name, f in JobSpec.model_fields.items() if re.search(r"\b(int|float)\b", str(f.annotation))
+)

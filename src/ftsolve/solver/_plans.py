@@ -14,7 +14,8 @@ SCHEMA_VERSION = 1
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A plan's figures are finite by construction; a NaN or infinity here is a bug, caught at once.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class MemoryBreakdown(_Frozen):

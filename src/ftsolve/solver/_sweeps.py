@@ -8,7 +8,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from ftsolve._errors import NoFeasiblePlan
+from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
 from ftsolve.catalog._load import Catalog
 from ftsolve.solver._api import _failure, plan
 from ftsolve.solver._grid import build_candidates
@@ -92,6 +92,9 @@ def compare(job: JobSpec, catalog: Catalog, *, by: Literal["gpu", "method"] = "g
     return rows
 
 
+MAX_POINTS = 200  # each point is a plan; more is a typo, not a finer frontier
+
+
 def pareto(
     job: JobSpec,
     catalog: Catalog,
@@ -102,6 +105,8 @@ def pareto(
 ) -> list[FrontierPoint]:
     """Best plan for each value of the swept limit; `on_frontier` marks the non-dominated points
     of expected cost against finish time."""
+    if not 2 <= points <= MAX_POINTS:
+        raise InvalidJobSpec(f"invalid points {points}: sweep between 2 and {MAX_POINTS} values")
     free = job.model_copy(update={"deadline_hours": None} if sweep == "deadline" else {"budget_usd": None})
     t = build_candidates(free, catalog)
     ok = t.feasible()
@@ -111,14 +116,14 @@ def pareto(
         lo = float(np.min(t.quantile_hours[ok]))
         cheapest = int(np.nonzero(ok)[0][np.argmin(t.total_cents[ok])])
         hi = max(float(t.quantile_hours[cheapest]) * 1.25, lo * 1.5)
-        limits = np.geomspace(lo * 1.0001, hi, max(points, 2))
+        limits = np.geomspace(lo * 1.0001, hi, points)
     else:
         cost = t.total_cents[ok] / 100
         fastest = int(np.nonzero(ok)[0][np.argmin(t.expected_hours[ok])])
         limits = np.geomspace(
             float(np.min(cost)) * 1.0001,
             max(int(t.total_cents[fastest]) / 100, float(np.min(cost)) * 2),
-            max(points, 2),
+            points,
         )
     out: list[FrontierPoint] = []
     for limit in limits:
