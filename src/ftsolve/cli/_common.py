@@ -1,37 +1,83 @@
-"""Helpers the CLI modules share."""
+"""Helpers the CLI modules share: a console that never interprets data, text cleaning, the error wrapper.
+
+Strings from catalogs, config files and flags reach the terminal, Markdown and SVG. The console
+parses no rich markup or emoji codes (a provider named `acme[/]` or `[link=…]` is printed as it is),
+and `plain` replaces control characters, so data cannot move the cursor, clear the screen or break
+a table row. Styles are given as `style=` or `Text` spans, never as markup inside a string.
+"""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, TypeVar
+from typing import NoReturn, ParamSpec, TypeVar
 
 import click
 from rich.console import Console
 
 from ftsolve._errors import FtsolveError, NoFeasiblePlan
 
-Fn = TypeVar("Fn", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Error messages are one line; a file's worth of detail belongs in the file, not the terminal.
+MESSAGE_MAX_CHARS = 500
+# C0 controls, DEL, C1 controls (ESC, CSI and friends) and the bidirectional overrides that can
+# make a terminal show text in an order other than the bytes' ("trojan source").
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def console(stderr: bool = False) -> Console:
     # A wide virtual terminal when output is piped, so tables are not folded into slivers.
     probe = Console(stderr=stderr)
-    return Console(stderr=stderr, width=None if probe.is_terminal else 200, highlight=False)
+    return Console(
+        stderr=stderr,
+        width=None if probe.is_terminal else 200,
+        highlight=False,
+        markup=False,
+        emoji=False,
+    )
 
 
-def errors(fn: Fn) -> Fn:
-    """Library errors become one line on stderr and exit code 2; never a traceback."""
+def plain(value: object) -> str:
+    """`value` as text on one line with every control character replaced by a space."""
+    return _CONTROL.sub(" ", str(value))
+
+
+def one_line(message: str, limit: int = MESSAGE_MAX_CHARS) -> str:
+    """A message on one line, runs of whitespace collapsed, at most `limit` characters."""
+    text = " ".join(plain(message).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _fail(message: str, exit_code: int) -> NoReturn:
+    click.echo(f"Error: {one_line(message)}", err=True)
+    sys.exit(exit_code)
+
+
+def _too_large(exc: BaseException) -> str:
+    detail = str(exc)
+    return f"input too large ({type(exc).__name__}{': ' + detail if detail else ''}); use smaller values or files"
+
+
+def errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Library errors become one line on stderr and their `exit_code`; never a traceback.
+
+    Resource errors a user's input can cause (a huge number, a deeply nested file) become one line
+    and exit 2 as well. Other exceptions are bugs and keep their traceback.
+    """
 
     @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
-        except NoFeasiblePlan:
-            raise
+        except NoFeasiblePlan as exc:
+            _fail(f"no feasible plan: {exc}", exc.exit_code)
         except FtsolveError as exc:
-            click.echo(f"Error: {exc}", err=True)
-            sys.exit(2)
+            _fail(str(exc), exc.exit_code)
+        except (MemoryError, RecursionError, OverflowError) as exc:
+            _fail(_too_large(exc), 2)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper

@@ -10,7 +10,7 @@ import click
 
 from ftsolve._errors import InvalidJobSpec
 from ftsolve._units import parse_count
-from ftsolve.cli._common import console, errors
+from ftsolve.cli._common import console, errors, plain
 from ftsolve.solver._estimate import estimate_memory, estimate_time
 from ftsolve.solver._memory import OPTIMIZERS, SHARD_NAMES, MemoryOptions
 from ftsolve.solver._stacks import LOSSES, STACK_NAMES
@@ -148,16 +148,19 @@ def estimate_memory_cmd(
         click.echo(est.model_dump_json(indent=2))
         return
     con = console()
+    # plain(): the model name and its source come from a config.json or a flag.
     con.print(
-        f"{est.model} ({est.params_b:.2f}B), {est.method} {est.weight_precision}, seq {est.seq_len} x "
-        f"micro-batch {est.micro_batch} x {est.grad_accum} accumulated, {est.n_gpus} GPU(s) {est.sharding}, "
-        f"checkpointing {'on' if est.gradient_checkpointing else 'off'}"
+        plain(
+            f"{est.model} ({est.params_b:.2f}B), {est.method} {est.weight_precision}, seq {est.seq_len} x "
+            f"micro-batch {est.micro_batch} x {est.grad_accum} accumulated, {est.n_gpus} GPU(s) {est.sharding}, "
+            f"checkpointing {'on' if est.gradient_checkpointing else 'off'}"
+        )
     )
     for name, gib in est.components_gib.items():
         if gib:
-            con.print(f"  {name:18s} {gib:9.2f} GiB")
+            con.print(f"  {plain(name):18s} {gib:9.2f} GiB")
     con.print(
-        f"  {'peak per GPU':18s} {est.peak_gib:9.2f} GiB  (±{est.error_band:.0%}; {est.architecture_source})"
+        f"  {'peak per GPU':18s} {est.peak_gib:9.2f} GiB  (±{est.error_band:.0%}; {plain(est.architecture_source)})"
     )
     con.print(
         f"  as torch reports it: {est.allocated_gib:.2f} GiB allocated, {est.reserved_gib:.2f} GiB reserved; "
@@ -165,7 +168,7 @@ def estimate_memory_cmd(
     )
     if est.gpu is not None:
         verdict = "fits" if est.fits else "does NOT fit"
-        con.print(f"  {est.gpu}: usable {est.usable_gib:.1f} GiB -> {verdict}")
+        con.print(f"  {plain(est.gpu)}: usable {est.usable_gib:.1f} GiB -> {verdict}")
 
 
 @estimate_group.command("time")
@@ -241,8 +244,10 @@ def estimate_time_cmd(
         return
     con = console()
     con.print(
-        f"{est.model} {est.method} on {est.n_gpus}x {est.gpu} ({est.nodes} node(s), {est.sharding}), "
-        f"seq {est.seq_len} x micro-batch {est.micro_batch} x accumulation {est.grad_accum}"
+        plain(
+            f"{est.model} {est.method} on {est.n_gpus}x {est.gpu} ({est.nodes} node(s), {est.sharding}), "
+            f"seq {est.seq_len} x micro-batch {est.micro_batch} x accumulation {est.grad_accum}"
+        )
     )
     con.print(
         f"  FLOPs per token      {est.flops_per_token / 1e9:9.1f} G (peak {est.peak_tflops:g} TFLOP/s, "

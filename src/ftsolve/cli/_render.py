@@ -1,40 +1,63 @@
-"""Terminal rendering with rich. Only formatting: every number comes from the library."""
+"""Terminal rendering with rich. Only formatting: every number comes from the library.
+
+Every string that came from data (a provider, region, model name, note or source) goes through
+`plain` for the terminal, `_md` for Markdown and `_xml` for SVG, so it is shown, never obeyed.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from html import escape
+from io import BytesIO
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from ftsolve._errors import InvalidJobSpec
 from ftsolve._files import write_atomically
-from ftsolve.cli._common import console
+from ftsolve.cli._common import console, plain
 from ftsolve.solver import Infeasibility, Plan, PlanSet
 from ftsolve.solver._job import JobSpec
 from ftsolve.solver._sweeps import CompareRow, FrontierPoint
 
 
+def _cells(*values: object) -> list[str]:
+    return [plain(v) for v in values]
+
+
+def _heading(title: str, rest: str = "") -> Text:
+    return Text.assemble((plain(title), "bold"), plain(rest))
+
+
+def _model_name(job: JobSpec) -> str:
+    return job.model if isinstance(job.model, str) else job.model.name
+
+
 def render_plans(ps: PlanSet) -> None:
     con = console()
     job = ps.job
-    model = job.model if isinstance(job.model, str) else job.model.name
+    model = _model_name(job)
     limits = []
     if job.deadline_hours is not None:
         limits.append(f"deadline {job.deadline_hours:g} h at {job.deadline_confidence:.0%}")
     if job.budget_usd is not None:
         limits.append(f"budget {job.budget_usd:g} USD")
     con.print(
-        f"[bold]{model}[/] ({ps.model_params_b:.2f}B params), {job.train_tokens / 1e6:g}M tokens, "
-        f"seq {job.seq_len}; {', '.join(limits) or 'no deadline or budget'}"
+        _heading(
+            model,
+            f" ({ps.model_params_b:.2f}B params), {job.train_tokens / 1e6:g}M tokens, "
+            f"seq {job.seq_len}; {', '.join(limits) or 'no deadline or budget'}",
+        )
     )
     con.print(
-        f"{ps.feasible} of {ps.candidates} candidates feasible; engine {ps.engine}; "
-        f"prices dated {ps.price_dates[0]} to {ps.price_dates[1]}"
+        plain(
+            f"{ps.feasible} of {ps.candidates} candidates feasible; engine {ps.engine}; "
+            f"prices dated {ps.price_dates[0]} to {ps.price_dates[1]}"
+        )
     )
     t = Table(show_lines=False)
     for col in (
@@ -56,23 +79,25 @@ def render_plans(ps: PlanSet) -> None:
         if p.market != "on-demand":
             hours += f" (p{p.time.confidence * 100:.0f} {p.time.quantile_hours:.1f})"
         t.add_row(
-            str(p.rank),
-            f"{p.offer.provider} {p.offer.region} {p.gpu}",
-            f"{p.n_gpus}",
-            p.method,
-            p.weight_precision,
-            p.sharding,
-            "on" if p.gradient_checkpointing else "off",
-            p.market if p.market != "fallback" else f"fallback ({p.time.interruptible_fraction:.0%} spot)",
-            f"{p.memory.peak_gib:.1f}/{p.memory.usable_gib:.0f}",
-            hours,
-            f"{p.total_cost_usd:.2f}",
+            *_cells(
+                p.rank,
+                f"{p.offer.provider} {p.offer.region} {p.gpu}",
+                p.n_gpus,
+                p.method,
+                p.weight_precision,
+                p.sharding,
+                "on" if p.gradient_checkpointing else "off",
+                p.market if p.market != "fallback" else f"fallback ({p.time.interruptible_fraction:.0%} spot)",
+                f"{p.memory.peak_gib:.1f}/{p.memory.usable_gib:.0f}",
+                hours,
+                f"{p.total_cost_usd:.2f}",
+            )
         )
     con.print(t)
     for p in ps.plans:
-        con.print(f"  {p.rank}. {p.why}")
+        con.print(f"  {p.rank}. {plain(p.why)}")
     best = ps.plans[0]
-    items = ", ".join(f"{c.name} {c.usd:.2f}" for c in best.cost_items)
+    items = ", ".join(f"{plain(c.name)} {c.usd:.2f}" for c in best.cost_items)
     con.print(f"Plan 1 cost breakdown (USD): {items} = {best.total_cost_usd:.2f}")
     tb = best.time
     phases = (
@@ -87,16 +112,16 @@ def render_plans(ps: PlanSet) -> None:
             f"at {tb.interruption_rate_per_hour or 0:.2g} preemptions/h"
         )
     con.print(f"Plan 1 time: {phases}; {tb.tokens_per_s:,.0f} tokens/s")
-    con.print(f"Plan 1 price: {best.cost_items[0].source}")
+    con.print(f"Plan 1 price: {plain(best.cost_items[0].source)}")
     for line in ps.rejected:
-        con.print(f"Not chosen: {line}")
+        con.print(f"Not chosen: {plain(line)}")
 
 
 def render_infeasible(inf: Infeasibility) -> None:
     con = console(stderr=True)
-    con.print(f"No feasible plan: {inf.summary}")
+    con.print(f"No feasible plan: {plain(inf.summary)}")
     if inf.ruled_out_by:
-        counts = ", ".join(f"{k} rules out {v}" for k, v in inf.ruled_out_by.items() if v)
+        counts = ", ".join(f"{plain(k)} rules out {v}" for k, v in inf.ruled_out_by.items() if v)
         con.print(f"Of {inf.candidates} candidates: {counts}.")
 
 
@@ -104,24 +129,29 @@ def render_explain(ps: PlanSet, p: Plan) -> None:
     con = console()
     o = p.offer
     con.print(
-        f"[bold]Plan {p.rank}[/]: {p.n_gpus}x {p.gpu} on {o.provider} {o.tier} {o.instance_type} ({o.region}"
-        f"{', ' + o.country if o.country else ''}), {p.nodes} node(s)"
+        _heading(
+            f"Plan {p.rank}",
+            f": {p.n_gpus}x {p.gpu} on {o.provider} {o.tier} {o.instance_type} ({o.region}"
+            f"{', ' + o.country if o.country else ''}), {p.nodes} node(s)",
+        )
     )
     con.print(
-        f"  {p.method} with {p.weight_precision} weights, optimizer {p.optimizer}, sharding {p.sharding}, "
-        f"gradient checkpointing {'on' if p.gradient_checkpointing else 'off'}, "
-        f"micro-batch {p.micro_batch} x accumulation {p.grad_accum}, market {p.market}"
+        plain(
+            f"  {p.method} with {p.weight_precision} weights, optimizer {p.optimizer}, sharding {p.sharding}, "
+            f"gradient checkpointing {'on' if p.gradient_checkpointing else 'off'}, "
+            f"micro-batch {p.micro_batch} x accumulation {p.grad_accum}, market {p.market}"
+        )
     )
-    con.print(f"  why: {p.why}")
-    con.print("[bold]Memory per GPU[/] (GiB)")
+    con.print(f"  why: {plain(p.why)}")
+    con.print(_heading("Memory per GPU", " (GiB)"))
     for name, gib in p.memory.components_gib.items():
         if gib:
-            con.print(f"  {name:20s} {gib:9.2f}")
+            con.print(f"  {plain(name):20s} {gib:9.2f}")
     con.print(
         f"  {'peak':20s} {p.memory.peak_gib:9.2f} of {p.memory.usable_gib:.2f} usable ({p.memory.card_gib:g} card)"
     )
     t = p.time
-    con.print("[bold]Time[/] (hours)")
+    con.print(_heading("Time", " (hours)"))
     for label, value in (
         ("training", t.training_hours),
         ("evaluation", t.evaluation_hours),
@@ -138,32 +168,41 @@ def render_explain(ps: PlanSet, p: Plan) -> None:
             f"  interruptible share {t.interruptible_fraction:.0%}, checkpoint every "
             f"{t.checkpoint_interval_hours:.2f} h at {t.interruption_rate_per_hour or 0:.3g} preemptions/h"
         )
-    con.print("[bold]Cost[/] (USD)")
+    con.print(_heading("Cost", " (USD)"))
     for c in p.cost_items:
-        con.print(f"  {c.name:20s} {c.usd:9.2f}  {c.detail}")
+        con.print(f"  {plain(c.name):20s} {c.usd:9.2f}  {plain(c.detail)}")
     con.print(f"  {'total':20s} {p.total_cost_usd:9.2f}")
-    con.print("[bold]Limits[/]")
+    con.print(_heading("Limits"))
     for name, value in p.slack.items():
         binding = "  (binding)" if name.split("_")[0] in p.binding_constraints else ""
-        con.print(f"  slack {name:14s} {value:9.2f}{binding}")
-    con.print("[bold]Sources and assumptions[/]")
+        con.print(f"  slack {plain(name):14s} {value:9.2f}{binding}")
+    con.print(_heading("Sources and assumptions"))
     seen = set()
     for c in p.cost_items:
         if c.source not in seen:
             seen.add(c.source)
-            con.print(f"  {c.name}: {c.source}")
+            con.print(f"  {plain(c.name)}: {plain(c.source)}")
     for a in p.assumptions:
-        con.print(f"  {a}")
+        con.print(f"  {plain(a)}")
     if ps.rejected:
-        con.print("[bold]Options that lost[/]")
+        con.print(_heading("Options that lost"))
         for line in ps.rejected:
-            con.print(f"  {line}")
+            con.print(f"  {plain(line)}")
+
+
+# Characters that would end a table cell or start a link, an image, raw HTML or a code span.
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\|[]<>`*_"})
+
+
+def _md(value: object) -> str:
+    """Text for one Markdown cell or line: one line, its Markdown syntax escaped with backslashes."""
+    return plain(value).translate(_MD_SPECIAL)
 
 
 def render_markdown(ps: PlanSet) -> str:
     """The plans as a Markdown table, with the reasons below it."""
     job = ps.job
-    model = job.model if isinstance(job.model, str) else job.model.name
+    model = _md(_model_name(job))
     lines = [
         f"**{model}**, {job.train_tokens / 1e6:g}M tokens, seq {job.seq_len}"
         + (f", deadline {job.deadline_hours:g} h" if job.deadline_hours else "")
@@ -175,14 +214,15 @@ def render_markdown(ps: PlanSet) -> str:
     ]
     for p in ps.plans:
         lines.append(
-            f"| {p.rank} | {p.offer.provider} {p.offer.region} {p.gpu} | {p.n_gpus} | {p.method} | "
-            f"{p.weight_precision} | {p.sharding} | {'on' if p.gradient_checkpointing else 'off'} | {p.market} | "
+            f"| {p.rank} | {_md(p.offer.provider)} {_md(p.offer.region)} {_md(p.gpu)} | {p.n_gpus} | "
+            f"{_md(p.method)} | {_md(p.weight_precision)} | {_md(p.sharding)} | "
+            f"{'on' if p.gradient_checkpointing else 'off'} | {_md(p.market)} | "
             f"{p.memory.peak_gib:.1f}/{p.memory.usable_gib:.0f} | {p.time.expected_hours:.1f} | "
             f"{p.time.quantile_hours:.1f} | {p.total_cost_usd:.2f} |"
         )
     lines.append("")
-    lines += [f"{p.rank}. {p.why}" for p in ps.plans]
-    lines += [f"- Not chosen: {r}" for r in ps.rejected]
+    lines += [f"{p.rank}. {_md(p.why)}" for p in ps.plans]
+    lines += [f"- Not chosen: {_md(r)}" for r in ps.rejected]
     lines.append(
         f"\nPrices dated {ps.price_dates[0]} to {ps.price_dates[1]}; p-hours at {job.deadline_confidence:.0%}."
     )
@@ -195,15 +235,17 @@ def render_compare(rows: list[CompareRow], by: str) -> None:
         t.add_column(col)
     for r in rows:
         t.add_row(
-            r.option,
-            "yes" if r.feasible else "no",
-            str(r.n_gpus or ""),
-            r.method or "",
-            r.market or "",
-            r.provider or "",
-            f"{r.expected_hours:.1f}" if r.expected_hours is not None else "",
-            f"{r.total_cost_usd:.2f}" if r.total_cost_usd is not None else "",
-            r.blocked_by,
+            *_cells(
+                r.option,
+                "yes" if r.feasible else "no",
+                r.n_gpus or "",
+                r.method or "",
+                r.market or "",
+                r.provider or "",
+                f"{r.expected_hours:.1f}" if r.expected_hours is not None else "",
+                f"{r.total_cost_usd:.2f}" if r.total_cost_usd is not None else "",
+                r.blocked_by,
+            )
         )
     console().print(t)
 
@@ -225,7 +267,7 @@ def render_pareto(points: list[FrontierPoint], sweep: str) -> None:
             f"{p.total_cost_usd:.2f}" if p.feasible else "-",
             f"{p.expected_hours:.2f}" if p.feasible else "-",
             f"{p.quantile_hours:.2f}" if p.feasible else "-",
-            p.label or "no plan",
+            plain(p.label or "no plan"),
             "*" if p.on_frontier else "",
         )
     console().print(t)
@@ -260,15 +302,25 @@ def write_plot(path: Path, points: list[FrontierPoint], job: JobSpec) -> None:
         ax.plot([p.quantile_hours for p in ok], [p.total_cost_usd for p in ok], "o-")
         for p in ok:
             if p.on_frontier:
-                ax.annotate(p.label or "", (p.quantile_hours or 0, p.total_cost_usd or 0), fontsize=7)
+                # A "$" would start mathtext: labels are data, shown as they are.
+                label = plain(p.label or "").replace("$", r"\$")
+                ax.annotate(label, (p.quantile_hours or 0, p.total_cost_usd or 0), fontsize=7)
         ax.set_xlabel(f"finish time at {job.deadline_confidence:.0%} (h)")
         ax.set_ylabel("expected total cost (USD)")
-        fig.savefig(path, dpi=120)
+        png = BytesIO()
+        fig.savefig(png, format="png", dpi=120)
         plt.close(fig)
+        # Through write_atomically like the SVG: never onto a link or FIFO, the old mode kept.
+        write_atomically(path, png.getvalue())
         return
     if path.suffix.lower() != ".svg":
         raise InvalidJobSpec(f"invalid plot file {path.name!r}: use .svg or .png")
     write_atomically(path, _svg(ok, job))
+
+
+def _xml(value: object) -> str:
+    # XML 1.0 forbids most control characters; plain() replaces them, escape() the markup.
+    return escape(plain(value))
 
 
 def _svg(points: list[FrontierPoint], job: JobSpec) -> str:
@@ -284,12 +336,12 @@ def _svg(points: list[FrontierPoint], job: JobSpec) -> str:
     def sy(y: float) -> float:
         return h - m - (y - y0) / (y1 - y0) * (h - 2 * m)
 
-    model = job.model if isinstance(job.model, str) else job.model.name
+    model = _model_name(job)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
         f'<rect width="{w}" height="{h}" fill="white"/>',
         f'<text x="{w / 2}" y="24" text-anchor="middle" font-size="14">'
-        f"{escape(model)}: expected cost vs finish time</text>",
+        f"{_xml(model)}: expected cost vs finish time</text>",
         f'<line x1="{m}" y1="{h - m}" x2="{w - m}" y2="{h - m}" stroke="black"/>',
         f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h - m}" stroke="black"/>',
         f'<text x="{w / 2}" y="{h - 25}" text-anchor="middle">finish time at {job.deadline_confidence:.0%} (h): '
@@ -307,7 +359,7 @@ def _svg(points: list[FrontierPoint], job: JobSpec) -> str:
         parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="{colour}"/>')
         if p.on_frontier:
             parts.append(
-                f'<text x="{cx + 6:.1f}" y="{cy - 6:.1f}">{escape(p.label or "")} ({p.total_cost_usd:.2f} USD)</text>'
+                f'<text x="{cx + 6:.1f}" y="{cy - 6:.1f}">{_xml(p.label or "")} ({p.total_cost_usd:.2f} USD)</text>'
             )
     parts.append("</svg>\n")
     return "\n".join(parts)
