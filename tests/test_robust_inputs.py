@@ -178,3 +178,18 @@ def test_check_plan_rejects_negative_figures() -> None:
     problems = check_plan(job, ftsolve.load_catalog(), bad)
     assert any("is -1.0" in x for x in problems)
     assert any("slack memory_gib is -0.5" in x for x in problems)
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["estimate", "memory", "--model", "qwen3-4b", "--method", "lora", "--lora-rank", "0"], "lora_rank"),
+        (["estimate", "memory", "--model", "qwen3-4b", "--method", "lora", "--lora-dropout", "nan"], "lora_dropout"),
+        (
+            ["estimate", "time", "--model", "qwen3-4b", "--gpu", "h100-sxm", "--gpus", "16", "--network-gbit", "-1"],
+            "inter_node_gbit_per_s",
+        ),
+    ],
+)
+def test_estimates_refuse_values_no_run_has(args: list[str], field: str) -> None:
+    assert_one_line_exit_2(invoke(*args), field)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -111,6 +112,33 @@ def resolve_arch(model: str | ModelArch | Path | float, catalog: Catalog) -> tup
     return arch, ARCH_KNOWN_BAND, arch.source
 
 
+# (low, high, low inclusive) for every number an estimate takes: beyond these no real run exists,
+# and a NaN or infinity would flow into the figures unnoticed. The job's own bounds are JobSpec's.
+_RANGES: dict[str, tuple[float, float, bool]] = {
+    "seq_len": (1, 1_048_576, True),
+    "micro_batch": (1, 65_536, True),
+    "grad_accum": (1, 65_536, True),
+    "n_gpus": (1, 65_536, True),
+    "nodes": (1, 8_192, True),
+    "lora_rank": (1, 4096, True),
+    "lora_dropout": (0.0, 1.0, True),
+    "inter_node_gbit_per_s": (0.0, 100_000.0, False),
+    "utilization": (0.0, 1.0, False),
+    "train_tokens": (1, 10**15, True),
+    "real_token_fraction": (0.0, 1.0, False),
+}
+
+
+def _check_ranges(**values: float | None) -> None:
+    for name, value in values.items():
+        if value is None:
+            continue
+        low, high, inclusive = _RANGES[name]
+        above = value >= low if inclusive else value > low
+        if isinstance(value, bool) or not math.isfinite(value) or not above or value > high:
+            raise InvalidJobSpec(f"invalid {name} {value!r}: must lie in {'[' if inclusive else '('}{low:g}, {high:g}]")
+
+
 def estimate_memory(
     model: str | ModelArch | Path | float,
     *,
@@ -135,8 +163,8 @@ def estimate_memory(
     """
     catalog = catalog if catalog is not None else load_catalog(user=False)
     opts = options or MemoryOptions()
-    if seq_len < 1 or micro_batch < 1 or grad_accum < 1 or n_gpus < 1:
-        raise InvalidJobSpec("invalid configuration: seq_len, micro_batch, grad_accum and n_gpus must be positive")
+    _check_ranges(seq_len=seq_len, micro_batch=micro_batch, grad_accum=grad_accum, n_gpus=n_gpus, lora_rank=lora_rank)
+    _check_ranges(lora_dropout=opts.lora_dropout)
     if sharding not in SHARD_NAMES:
         raise InvalidJobSpec(f"invalid sharding {sharding!r}: choose one of {', '.join(SHARD_NAMES)}")
     if n_gpus > 1 and sharding == "none":
@@ -264,8 +292,16 @@ def estimate_time(
     """Step time, tokens/s and (optionally) hours of one configuration on `gpu` (physics.md §7-9)."""
     catalog = catalog if catalog is not None else load_catalog(user=False)
     opts = options or MemoryOptions()
-    if min(seq_len, micro_batch, grad_accum, n_gpus, nodes) < 1:
-        raise InvalidJobSpec("invalid configuration: sizes and counts must be positive")
+    _check_ranges(
+        seq_len=seq_len, micro_batch=micro_batch, grad_accum=grad_accum, n_gpus=n_gpus, nodes=nodes, lora_rank=lora_rank
+    )
+    _check_ranges(
+        lora_dropout=opts.lora_dropout,
+        inter_node_gbit_per_s=inter_node_gbit_per_s,
+        utilization=utilization,
+        train_tokens=train_tokens,
+        real_token_fraction=real_token_fraction,
+    )
     if n_gpus % nodes:
         raise InvalidJobSpec(f"invalid nodes: {n_gpus} GPUs do not split evenly over {nodes} nodes")
     if sharding not in SHARD_NAMES:
