@@ -5,19 +5,30 @@ from __future__ import annotations
 
 import ast
 import collections
+import contextlib
 import csv
 import datetime as dt
 import io
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftsolve._errors import CatalogError
-from ftsolve._files import write_atomically
-from ftsolve.catalog._load import OFFER_COLUMNS, _offer_from_row, parse_offers
-from ftsolve.catalog._models import GpuSpec, Offer
+from pydantic import ValidationError
+
+from ftsolve._errors import CatalogError, UnsafeOutput
+from ftsolve._files import (
+    OFFERS_FILE_MAX_BYTES,
+    cleanup_stale_temporaries,
+    exclusive_lock,
+    load_yaml,
+    read_text_file,
+    write_atomically,
+)
+from ftsolve.catalog._load import OFFER_COLUMNS, _offer_from_row, _table, offer_problem, parse_offers
+from ftsolve.catalog._models import GpuSpec, Offer, echo
 from ftsolve.catalog._names import resolve_gpu
 
 SKYPILOT_V8_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "Region", "SpotPrice")
@@ -68,7 +79,7 @@ def user_catalog_path() -> Path:
     return Path(base) / "ftsolve" / "offers.csv"
 
 
-def detect_format(header: Iterable[str]) -> str:
+def detect_format(header: Iterable[str], origin: str = "") -> str:
     cols = set(header)
     if set(SKYPILOT_V8_COLUMNS) <= cols:
         return "skypilot"
@@ -77,10 +88,27 @@ def detect_format(header: Iterable[str]) -> str:
     if set(OFFER_COLUMNS) <= cols:
         return "ftsolve"
     raise CatalogError(
-        "unrecognised columns: expected a SkyPilot v8 vms.csv (InstanceType, AcceleratorName, ...), "
-        "the compact extract (cloud, instance_type, ...) or ftsolve's offers format "
-        f"({', '.join(OFFER_COLUMNS)})"
+        f"{origin + ': ' if origin else ''}unrecognised columns: expected a SkyPilot v8 vms.csv "
+        "(InstanceType, AcceleratorName, ...), the compact extract (cloud, instance_type, ...) or ftsolve's "
+        f"offers format ({', '.join(OFFER_COLUMNS)})"
     )
+
+
+def read_offers_text(path: Path) -> str:
+    """The text of an offers file (size-limited, strict UTF-8; errors are one line)."""
+    return read_text_file(path, "offers file", CatalogError, OFFERS_FILE_MAX_BYTES)
+
+
+def offers_format(text: str, path: Path) -> str:
+    """ "yaml" for a .yaml/.yml file, else the CSV format its header names (see detect_format)."""
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return "yaml"
+    return detect_format(_table(text, str(path))[0], str(path))
+
+
+def _plain(text: str) -> str:
+    """File text as a skip reason may show it: one line, at most 40 characters."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text[:40])
 
 
 def _float(value: str, where: str, col: str) -> float | None:
@@ -90,24 +118,58 @@ def _float(value: str, where: str, col: str) -> float | None:
     try:
         out = float(value)
     except ValueError:
-        raise CatalogError(f"{where}: field {col}: {value!r} is not a number") from None
+        raise CatalogError(f"{where}: field {col}: {echo(value)} is not a number") from None
+    # float() reads "nan", "inf" and 400-digit numbers (as inf) without complaint.
+    if not math.isfinite(out):
+        raise CatalogError(f"{where}: field {col}: must be a finite number, got {echo(value)}")
     if out < 0:
-        raise CatalogError(f"{where}: field {col}: must not be negative, got {value}")
+        raise CatalogError(f"{where}: field {col}: must not be negative, got {echo(value)}")
     return out
 
 
-def _gpu_memory_gib(gpu_info: str, count: int) -> list[float]:
+def _gpu_count(value: str, where: str, col: str) -> int | None:
+    """GPUs per instance; None for a fractional count (a share of one GPU, e.g. Azure's NVads A10)."""
+    count = _float(value, where, col)
+    if not count:
+        raise CatalogError(f"{where}: field {col}: empty or zero")
+    return int(count) if count.is_integer() else None
+
+
+_GPU_INFO_MAX_CHARS = 4_096  # real GpuInfo literals are ~150 characters
+
+
+def _gpu_memory_gib(gpu_info: str, count: int) -> list[float] | None:
     """Per-GPU memory candidates from SkyPilot's GpuInfo (a Python literal; clouds disagree on
-    whether SizeInMiB is per GPU or per instance, so both readings are offered)."""
-    try:
-        info = ast.literal_eval(gpu_info) if gpu_info.strip() else {}
-    except (ValueError, SyntaxError):
+    whether SizeInMiB is per GPU or per instance, so both readings are offered). [] when there is
+    none, None when it cannot be read (the GPU is then resolved by its name alone)."""
+    if not gpu_info.strip():
         return []
+    if len(gpu_info) > _GPU_INFO_MAX_CHARS:
+        return None
+    try:
+        info = ast.literal_eval(gpu_info)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(info, dict):
+        return None
     gpus = info.get("Gpus") or [{}]
-    mib = (gpus[0].get("MemoryInfo") or {}).get("SizeInMiB") or info.get("TotalGpuMemoryInMiB")
+    if not (isinstance(gpus, list) and isinstance(gpus[0], dict)):
+        return None
+    memory = gpus[0].get("MemoryInfo") or {}
+    if not isinstance(memory, dict):
+        return None
+    mib = memory.get("SizeInMiB") or info.get("TotalGpuMemoryInMiB")
     if not mib:
         return []
-    return [float(mib) / 1024.0, float(mib) / 1024.0 / max(count, 1)]
+    if isinstance(mib, bool) or not isinstance(mib, (int, float)):
+        return None
+    try:
+        gib = float(mib) / 1024.0
+    except OverflowError:
+        return None
+    if not (math.isfinite(gib) and gib > 0):
+        return None
+    return [gib, gib / count]
 
 
 @dataclass(frozen=True)
@@ -117,66 +179,113 @@ class _Row:
     instance_type: str
     accelerator: str
     count: int
-    memory_gib: list[float]
+    memory_gib: list[float] | None  # None: GpuInfo present but unreadable
     od: float | None
     spot: float | None
     region: str
     where: str
 
 
-def _group_skypilot(
-    rows: list[_Row],
-    gpus: Mapping[str, GpuSpec],
-    price_date: Callable[[str], tuple[dt.date, bool]],
-    source: Callable[[str], str],
-    country: Callable[[str, str], str],
-    notes: Callable[[str], str],
-    report: ImportReport,
-) -> None:
-    """One offer per (provider, instance type, region): lowest on-demand price over zones and the
-    lowest spot price strictly below it (spot equal to on-demand means no spot capacity)."""
+@dataclass(frozen=True)
+class _Columns:
+    accelerator: str
+    count: str
+    od: str
+    spot: str
+    instance_type: str
+    region: str
+
+
+_COLUMNS = {
+    "skypilot": _Columns("AcceleratorName", "AcceleratorCount", "Price", "SpotPrice", "InstanceType", "Region"),
+    "skypilot-extract": _Columns(
+        "accelerator_name", "accelerator_count", "price_per_hour", "spot_price_per_hour", "instance_type", "region"
+    ),
+}
+
+
+def _read_row(
+    fmt: str,
+    row: Mapping[str, str],
+    where: str,
+    provider: str | None,
+    tier: Callable[[str, str], str],
+    skip: Callable[[str], str],
+) -> _Row | str:
+    """One row of a SkyPilot file, or why it is skipped. A row ftsolve cannot model is skipped and
+    counted; a value that is not a number at all refuses the file (CatalogError), as the file is broken."""
+    c = _COLUMNS[fmt]
+    acc, itype = row.get(c.accelerator, "").strip(), row.get(c.instance_type, "").strip()
+    prov = str(provider) if fmt == "skypilot" else (provider or row.get("cloud", "").strip())
+    if not acc:
+        return "no accelerator (CPU instance)"
+    if skip(prov):
+        return f"{_plain(prov)}: {skip(prov)}"
+    count = _gpu_count(row.get(c.count, ""), where, c.count)
+    if count is None:
+        return "fractional GPU count (a share of one GPU)"
+    od = _float(row.get(c.od, ""), where, c.od) or None
+    spot = _float(row.get(c.spot, ""), where, c.spot) or None  # SkyPilot writes 0.00 for "no bid price"
+    if fmt == "skypilot":
+        memory = _gpu_memory_gib(row.get("GpuInfo", ""), count)
+    else:
+        mem = _float(row.get("accelerator_memory_gib", ""), where, "accelerator_memory_gib")
+        memory = [mem] if mem else []
+    region = row.get(c.region, "").strip()
+    return _Row(prov, tier(prov, itype), itype, acc, count, memory, od, spot, region, where)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """How a SkyPilot import dates, sources, locates and annotates each provider's offers."""
+
+    price_date: Callable[[str], tuple[dt.date, bool]]
+    source: Callable[[str], str]
+    country: Callable[[str, str], str]
+    notes: Callable[[str], str]
+
+
+def _group_offer(members: list[_Row], gpus: Mapping[str, GpuSpec], ctx: _Context) -> Offer | str:
+    """The offer of one (provider, instance type, region): lowest on-demand price over zones and the
+    lowest spot price strictly below it (spot equal to on-demand means no spot capacity); or why not."""
+    first = members[0]
     known = {name: g.memory_gib for name, g in gpus.items()}
-    groups: dict[tuple[str, str, str], list[_Row]] = collections.defaultdict(list)
-    for r in rows:
-        groups[(r.provider, r.instance_type, r.region)].append(r)
-    for (provider, itype, region), members in sorted(groups.items()):
-        first = members[0]
-        gpu = None
-        for mem in first.memory_gib or [None]:  # type: ignore[list-item]
-            gpu = resolve_gpu(first.accelerator, mem, itype, first.count, known)
-            if gpu:
-                break
-        if gpu is None:
-            report.skipped[f"not a modelled GPU: {first.accelerator}"] += 1
-            continue
-        ods = [r.od for r in members if r.od]
-        od = min(ods) if ods else None
-        spots = [r.spot for r in members if r.spot and (od is None or r.spot < od)]
-        spot = min(spots) if spots else None
-        if od is None and spot is None:
-            report.skipped["no usable price"] += 1
-            continue
-        date, estimated = price_date(provider)
-        zones = f"{len(members)} zones; lowest price kept" if len(members) > 1 else ""
-        note = "; ".join(x for x in (notes(provider), zones) if x)
-        report.offers.append(
-            Offer(
-                provider=provider,
-                tier=first.tier,
-                instance_type=itype,
-                gpu=gpu,
-                source_gpu_name=first.accelerator,
-                gpus_per_node=first.count,
-                on_demand_usd_per_gpu_hour=round(od / first.count, 6) if od else None,
-                interruptible_usd_per_gpu_hour=round(spot / first.count, 6) if spot else None,
-                region=region or "default",
-                country=country(provider, region) or None,
-                price_date=date,
-                price_date_estimated=estimated,
-                source=source(provider),
-                notes=note,
-            )
+    gpu = None
+    candidates: list[float | None] = list(first.memory_gib or []) or [None]
+    for mem in candidates:
+        gpu = resolve_gpu(first.accelerator, mem, first.instance_type, first.count, known)
+        if gpu:
+            break
+    if gpu is None:
+        return f"not a modelled GPU: {_plain(first.accelerator)}"
+    ods = [r.od for r in members if r.od]
+    od = min(ods) if ods else None
+    spots = [r.spot for r in members if r.spot and (od is None or r.spot < od)]
+    spot = min(spots) if spots else None
+    if od is None and spot is None:
+        return "no usable price"
+    date, estimated = ctx.price_date(first.provider)
+    zones = f"{len(members)} zones; lowest price kept" if len(members) > 1 else ""
+    try:
+        return Offer(
+            provider=first.provider,
+            tier=first.tier,
+            instance_type=first.instance_type,
+            gpu=gpu,
+            source_gpu_name=first.accelerator,
+            gpus_per_node=first.count,
+            on_demand_usd_per_gpu_hour=round(od / first.count, 6) if od else None,
+            interruptible_usd_per_gpu_hour=round(spot / first.count, 6) if spot else None,
+            region=first.region or "default",
+            country=ctx.country(first.provider, first.region) or None,
+            price_date=date,
+            price_date_estimated=estimated,
+            source=ctx.source(first.provider),
+            notes="; ".join(x for x in (ctx.notes(first.provider), zones) if x),
         )
+    except ValidationError as exc:
+        field, reason, _ = offer_problem(exc)
+        return f"{field}: {reason}" if field else reason
 
 
 def read_skypilot(
@@ -193,79 +302,47 @@ def read_skypilot(
     skip: Callable[[str], str] = lambda provider: "",
 ) -> ImportReport:
     """Offers from a SkyPilot v8 `vms.csv` or the compact multi-cloud extract."""
-    reader = csv.DictReader(io.StringIO(text))
-    fmt = detect_format(reader.fieldnames or [])
+    header, records = _table(text, origin)
+    fmt = detect_format(header, origin)
     if fmt == "ftsolve":
         raise CatalogError(f"{origin}: this is an ftsolve offers file, not a SkyPilot catalog")
     if fmt == "skypilot" and not provider:
         raise CatalogError(f"{origin}: a SkyPilot vms.csv does not name its cloud; pass --provider (e.g. lambda)")
     report = ImportReport(offers=[])
-    rows: list[_Row] = []
-    for line, row in enumerate(reader, start=2):
-        where = f"{origin}, row {line}"
-        if fmt == "skypilot":
-            acc, count_text = row.get("AcceleratorName") or "", row.get("AcceleratorCount") or ""
-            od_col, spot_col, itype, region = "Price", "SpotPrice", row["InstanceType"], row["Region"]
-            memory = _gpu_memory_gib(row.get("GpuInfo") or "", int(float(count_text or 1)))
-            prov = str(provider)
+    groups: dict[tuple[str, str, str], list[_Row]] = collections.defaultdict(list)
+    for line, row in records:
+        parsed = _read_row(fmt, row, f"{origin}, row {line}", provider, tier, skip)
+        if isinstance(parsed, str):
+            report.skipped[parsed] += 1
         else:
-            acc, count_text = row["accelerator_name"], row["accelerator_count"]
-            od_col, spot_col, itype, region = (
-                "price_per_hour",
-                "spot_price_per_hour",
-                row["instance_type"],
-                row["region"],
-            )
-            mem = _float(row.get("accelerator_memory_gib") or "", where, "accelerator_memory_gib")
-            memory = [mem] if mem else []
-            prov = provider or row["cloud"]
-        if not acc.strip():
-            report.skipped["no accelerator (CPU instance)"] += 1
-            continue
-        if skip(prov):
-            report.skipped[f"{prov}: {skip(prov)}"] += 1
-            continue
-        count_col = "AcceleratorCount" if fmt == "skypilot" else "accelerator_count"
-        count_f = _float(count_text, where, count_col)
-        if not count_f:
-            raise CatalogError(f"{where}: field {count_col}: empty or zero")
-        od = _float(row.get(od_col) or "", where, od_col)
-        spot = _float(row.get(spot_col) or "", where, spot_col)
-        if od == 0:
-            od = None
-        if spot == 0:
-            spot = None  # SkyPilot writes 0.00 where a marketplace has no bid price
-        rows.append(_Row(prov, tier(prov, itype), itype, acc, int(count_f), memory, od, spot, region, where))
-    _group_skypilot(
-        rows,
-        gpus,
-        price_date,
-        source or (lambda p: f"{origin} (SkyPilot catalog, {p})"),
-        country,
-        notes,
-        report,
-    )
+            groups[(parsed.provider, parsed.instance_type, parsed.region)].append(parsed)
+    ctx = _Context(price_date, source or (lambda p: f"{origin} (SkyPilot catalog, {p})"), country, notes)
+    for _, members in sorted(groups.items()):
+        offer = _group_offer(members, gpus, ctx)
+        if isinstance(offer, str):
+            report.skipped[offer] += 1
+        else:
+            report.offers.append(offer)
+    unreadable = sum(r.memory_gib is None for rows in groups.values() for r in rows)
+    if unreadable:
+        report.warnings.append(f"{unreadable} rows have an unreadable GpuInfo; their GPUs were matched by name")
     return report
 
 
 def read_user_offers(path: Path, gpus: Mapping[str, GpuSpec]) -> ImportReport:
     """A user's own offers in ftsolve's CSV format or a YAML list with the same field names."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CatalogError(f"{path}: cannot read ({exc.strerror})") from None
+    return user_offers_from_text(read_offers_text(path), path, gpus)
+
+
+def user_offers_from_text(text: str, path: Path, gpus: Mapping[str, GpuSpec]) -> ImportReport:
+    """The offers of a user's file already read: YAML by its suffix, else ftsolve's CSV."""
     if path.suffix.lower() in (".yaml", ".yml"):
         return ImportReport(offers=_parse_yaml_offers(text, str(path), gpus))
     return ImportReport(offers=parse_offers(text, str(path), gpus))
 
 
 def _parse_yaml_offers(text: str, origin: str, gpus: Mapping[str, GpuSpec]) -> list[Offer]:
-    import yaml
-
-    try:
-        data: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CatalogError(f"{origin}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data: Any = load_yaml(text, origin, CatalogError)
     if isinstance(data, dict):
         data = data.get("offers")
     if not isinstance(data, list):
@@ -279,33 +356,61 @@ def _parse_yaml_offers(text: str, origin: str, gpus: Mapping[str, GpuSpec]) -> l
         missing = [c for c in OFFER_COLUMNS if c not in item]
         if missing:
             raise CatalogError(f"{where}: missing field(s) {', '.join(missing)}")
-        offer = _offer_from_row({k: "" if v is None else str(v) for k, v in item.items()}, where, gpus)
+        offer = _offer_from_row(_yaml_cells(item, where), where, gpus)
         if offer.key in seen:
-            raise CatalogError(f"{where}: duplicate offer {offer.key} (first at offer {seen[offer.key]})")
+            raise CatalogError(f"{where}: duplicate offer {echo(offer.key, 80)} (first at offer {seen[offer.key]})")
         seen[offer.key] = i
         offers.append(offer)
     return offers
 
 
+def _yaml_cells(item: Mapping[Any, Any], where: str) -> dict[str, str]:
+    """A YAML offer as the text cells of a CSV row, so both formats pass the same checks."""
+    cells: dict[str, str] = {}
+    for key, value in item.items():
+        name = str(key)
+        if isinstance(value, (dict, list)):
+            raise CatalogError(f"{where}: field {echo(name)}: expected one value, not a list or mapping")
+        if isinstance(value, bool) and name == "country":
+            # YAML 1.1 reads a bare NO (Norway) as false.
+            raise CatalogError(f"{where}: field country: YAML read a bare code as true/false; quote it, e.g. 'NO'")
+        cells[name] = "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    return cells
+
+
 def offers_to_csv(offers: Iterable[Offer]) -> str:
+    """ftsolve's offers CSV, the format parse_offers reads back unchanged."""
     out = io.StringIO()
     out.write("# schema_version: 1\n")
     w = csv.DictWriter(out, WRITE_COLUMNS, lineterminator="\n")
+    # A row starting with '#' would read back as a comment; quoting its cells keeps it data.
+    quoted = csv.DictWriter(out, WRITE_COLUMNS, lineterminator="\n", quoting=csv.QUOTE_ALL)
     w.writeheader()
     for o in sorted(offers, key=lambda o: o.key):
         row = o.model_dump()
         row["price_date"] = o.price_date.isoformat()
         row["price_date_estimated"] = "true" if o.price_date_estimated else "false"
-        w.writerow({c: "" if row.get(c) is None else row[c] for c in WRITE_COLUMNS})
+        (quoted if o.provider.startswith("#") else w).writerow(
+            {c: "" if row.get(c) is None else row[c] for c in WRITE_COLUMNS}
+        )
     return out.getvalue()
 
 
 def merge_into_user_catalog(new: list[Offer], gpus: Mapping[str, GpuSpec], path: Path | None = None) -> Path:
-    """Merge offers into the user catalog (same key: the new offer wins) and write it atomically."""
+    """Merge offers into the user catalog (same key: the new offer wins) and write it atomically.
+
+    Read, merge and write run under an exclusive lock: without it, two concurrent imports each read
+    the old catalog and the later write dropped the other's offers.
+    """
     path = path or user_catalog_path()
-    existing: list[Offer] = []
-    if path.exists():
-        existing = parse_offers(path.read_text(encoding="utf-8"), str(path), gpus)
-    keys = {o.key for o in new}
-    write_atomically(path, offers_to_csv([o for o in existing if o.key not in keys] + new))
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(exclusive_lock(path))
+        except OSError as exc:
+            raise UnsafeOutput(f"{path}: cannot lock the user catalog ({exc.strerror or type(exc).__name__})") from None
+        # Only a writer killed before its rename leaves these; under the lock none is in progress.
+        cleanup_stale_temporaries(path)
+        existing = read_user_offers(path, gpus).offers if path.exists() else []
+        keys = {o.key for o in new}
+        write_atomically(path, offers_to_csv([o for o in existing if o.key not in keys] + new))
     return path

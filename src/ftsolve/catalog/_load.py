@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ftsolve._errors import CatalogError, UnknownCatalogEntry
 from ftsolve.catalog._arrays import OfferArrays
-from ftsolve.catalog._models import GpuSpec, ModelArch, Offer
+from ftsolve.catalog._models import GpuSpec, ModelArch, Offer, echo
 from ftsolve.catalog._presets import PRESETS
 
 OFFER_COLUMNS = (
@@ -71,9 +71,63 @@ def _read_text(name: str) -> str:
     return resources.files("ftsolve.catalog").joinpath("data").joinpath(name).read_text(encoding="utf-8")
 
 
-def _rows(text: str) -> Iterable[dict[str, str]]:
-    lines = (line for line in io.StringIO(text) if not line.startswith("#"))
-    return csv.DictReader(lines)
+def _table(text: str, origin: str) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
+    """The header and the (row number, row) records of a CSV text; errors are one line.
+
+    The csv module parses before comments are dropped, so a line starting with '#' inside a quoted
+    multi-line value stays part of that value. Comments are the leading '#' lines (the
+    `# schema_version` header) and records whose first line starts with '#' (unquoted). Row numbers
+    count records, the header being row 1. Short rows are padded with "" (omitted trailing optional
+    columns); a row with more cells than the header is refused, since its values would be misplaced.
+    """
+    records = _records(text, origin)
+    header = [h.strip() for h in next(records, (0, []))[1]]
+    if len(set(header)) != len(header):
+        dup = next(h for h in header if header.count(h) > 1)
+        raise CatalogError(f"{origin}: column {echo(dup)} appears twice in the header")
+
+    def rows() -> Iterator[tuple[int, dict[str, str]]]:
+        for number, (_, cells) in enumerate(records, start=2):
+            if len(cells) > len(header):
+                raise CatalogError(
+                    f"{origin}, row {number}: {len(cells)} values for {len(header)} columns; "
+                    "quote values that contain commas"
+                )
+            yield number, dict(zip(header, cells + [""] * (len(header) - len(cells)), strict=True))
+
+    return header, rows()
+
+
+def _records(text: str, origin: str) -> Iterator[tuple[int, list[str]]]:
+    """Non-blank, non-comment CSV records, with the physical line each starts on."""
+    heads: list[str] = []  # first character of each physical line the reader has pulled
+    preamble = 0
+
+    def pull() -> Iterator[str]:
+        nonlocal preamble
+        lines = io.StringIO(text)
+        for line in lines:
+            # Leading comments go before parsing: a quote in one must not open a field.
+            if not line.startswith("#"):
+                heads.append("")
+                yield line
+                break
+            preamble += 1
+        for line in lines:
+            heads.append(line[:1])
+            yield line
+
+    reader = csv.reader(pull(), strict=True)
+    while True:
+        start = reader.line_num
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise CatalogError(f"{origin}: not valid CSV at line {preamble + reader.line_num} ({exc})") from None
+        if cells and heads[start] != "#":
+            yield preamble + start + 1, cells
 
 
 def _num(value: str) -> float | None:
@@ -83,7 +137,7 @@ def _num(value: str) -> float | None:
 def load_gpus() -> dict[str, GpuSpec]:
     """The bundled GPU table (gpus.csv, provenance in its `source` column)."""
     gpus = {}
-    for row in _rows(_read_text("gpus.csv")):
+    for _, row in _table(_read_text("gpus.csv"), "bundled gpus.csv")[1]:
         tflops = _num(row["bf16_dense_tflops"]) or _num(row["fp16_dense_tflops"])
         gpus[row["name"]] = GpuSpec(
             name=row["name"],
@@ -106,78 +160,120 @@ def load_gpus() -> dict[str, GpuSpec]:
 
 def parse_offers(text: str, origin: str, gpus: Mapping[str, GpuSpec]) -> list[Offer]:
     """Parse an offers CSV in ftsolve's own format; errors name the file, row and field."""
-    reader = _rows(text)
-    header = reader.fieldnames or []  # type: ignore[attr-defined]
+    header, rows = _table(text, origin)
     missing = [c for c in OFFER_COLUMNS if c not in header]
     if missing:
         raise CatalogError(f"{origin}: missing column(s) {', '.join(missing)}; expected {', '.join(OFFER_COLUMNS)}")
     offers: list[Offer] = []
     seen: dict[str, int] = {}
-    for line, row in enumerate(reader, start=2):
+    for line, row in rows:
         offers.append(_offer_from_row(row, f"{origin}, row {line}", gpus))
         key = offers[-1].key
         if key in seen:
-            raise CatalogError(f"{origin}, row {line}: duplicate offer {key} (first at row {seen[key]})")
+            raise CatalogError(f"{origin}, row {line}: duplicate offer {echo(key, 80)} (first at row {seen[key]})")
         seen[key] = line
     return offers
 
 
+_NUMBER_COLUMNS = (
+    "gpus_per_node",
+    "on_demand_usd_per_gpu_hour",
+    "interruptible_usd_per_gpu_hour",
+    "storage_usd_per_gb_month",
+    "interruption_rate_per_hour",
+)
+_TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0", "")
+
+
 def _offer_from_row(row: Mapping[str, str | None], where: str, gpus: Mapping[str, GpuSpec]) -> Offer:
+    """One offer from the text cells of a row; the values are checked by Offer, in one place."""
+
     def get(col: str) -> str:
         return (row.get(col) or "").strip()
 
-    for col in (
-        "on_demand_usd_per_gpu_hour",
-        "interruptible_usd_per_gpu_hour",
-        "storage_usd_per_gb_month",
-        "interruption_rate_per_hour",
-        "gpus_per_node",
-    ):
-        value = get(col)
-        if value:
-            try:
-                number = float(value)
-            except ValueError:
-                raise CatalogError(f"{where}: field {col}: {value!r} is not a number") from None
-            if col != "interruption_rate_per_hour" and number <= 0:
-                raise CatalogError(f"{where}: field {col}: must be positive, got {value}")
-    date_text = get("price_date")
-    try:
-        price_date = dt.date.fromisoformat(date_text)
-    except ValueError:
-        raise CatalogError(f"{where}: field price_date: {date_text!r} is not a YYYY-MM-DD date") from None
+    for required in ("provider", "instance_type", "gpus_per_node", "source"):
+        if not get(required):
+            raise CatalogError(f"{where}: field {required}: empty")
     gpu = get("gpu")
     if gpu not in gpus:
-        err = UnknownCatalogEntry("GPU", gpu, list(gpus))
+        err = UnknownCatalogEntry("GPU", gpu[:40], list(gpus))
         raise CatalogError(f"{where}: field gpu: {err}")
+    estimated = get("price_date_estimated").lower()
+    if estimated not in _TRUE + _FALSE:
+        raise CatalogError(f"{where}: field price_date_estimated: expected true or false, got {echo(estimated)}")
     data: dict[str, object] = {
         "provider": get("provider"),
         "tier": get("tier") or "default",
         "instance_type": get("instance_type"),
         "gpu": gpu,
         "source_gpu_name": get("source_gpu_name") or gpu,
-        "gpus_per_node": int(float(get("gpus_per_node") or "0")),
-        "on_demand_usd_per_gpu_hour": _num(get("on_demand_usd_per_gpu_hour")),
-        "interruptible_usd_per_gpu_hour": _num(get("interruptible_usd_per_gpu_hour")),
         "billing": get("billing") or "per-hour",
         "region": get("region") or "default",
         "country": get("country") or None,
-        "storage_usd_per_gb_month": _num(get("storage_usd_per_gb_month")),
-        "interruption_rate_per_hour": _num(get("interruption_rate_per_hour")),
-        "price_date": price_date,
-        "price_date_estimated": get("price_date_estimated") == "true",
+        "price_date": _date(get("price_date"), where),
+        "price_date_estimated": estimated in _TRUE,
         "source": get("source"),
         "notes": get("notes"),
     }
-    for required in ("provider", "instance_type", "source"):
-        if not data[required]:
-            raise CatalogError(f"{where}: field {required}: empty")
+    # Numbers go to Offer as text: its validators parse them and refuse inf, nan and fractions.
+    data |= {col: get(col) or None for col in _NUMBER_COLUMNS}
     try:
         return Offer.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "row"
-        raise CatalogError(f"{where}: field {field}: {first['msg']}") from None
+        field, reason, value = offer_problem(exc)
+        message = f"field {field}: {_with_value(reason, value)}" if field else reason
+        raise CatalogError(f"{where}: {message}") from None
+
+
+def _with_value(reason: str, value: str) -> str:
+    if reason.startswith("is "):
+        return f"{value} {reason}"
+    head, sep, hint = reason.partition("; ")
+    return f"{head}, got {value}{sep}{hint}"
+
+
+def _date(text: str, where: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise CatalogError(f"{where}: field price_date: {echo(text)} is not a YYYY-MM-DD date") from None
+
+
+# Reasons by pydantic error type, phrased without the input: the caller adds a capped copy.
+_REASONS = {
+    "float_parsing": "is not a number",
+    "float_type": "is not a number",
+    "int_parsing": "is not a whole number",
+    "int_parsing_size": "is not a whole number",
+    "int_type": "is not a whole number",
+    "int_from_float": "must be a whole number",
+    "finite_number": "must be a finite number",
+    "string_too_short": "must not be empty",
+    "date_type": "is not a date",
+    "bool_type": "is not true or false",
+}
+
+
+def offer_problem(exc: ValidationError) -> tuple[str, str, str]:
+    """(field, reason, capped input) of the first error of an Offer; the field is "" for a rule on the
+    whole offer, and the input "" when it is not one value. The reason is one line."""
+    first = exc.errors(include_url=False)[0]
+    field = ".".join(str(p) for p in first["loc"])
+    kind, ctx = first["type"], first.get("ctx") or {}
+    if kind in _REASONS:
+        reason = _REASONS[kind]
+    elif kind == "greater_than":
+        reason = "must be positive" if ctx.get("gt") == 0 else f"must be above {ctx.get('gt'):g}"
+    elif kind == "greater_than_equal":
+        reason = f"must be at least {ctx.get('ge'):g}"
+    elif kind == "less_than_equal":
+        reason = f"must be at most {ctx.get('le'):g}; check for a typo"
+    elif kind == "string_too_long":
+        reason = f"must be at most {ctx.get('max_length')} characters"
+    else:
+        reason = first["msg"].removeprefix("Value error, ")
+    value = echo(first["input"]) if field else ""
+    return field, " ".join(reason.split()), value
 
 
 def load_catalog(offers_path: str | Path | None = None, *, replace: bool = False, user: bool = True) -> Catalog:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Vendor = Literal["nvidia", "amd", "intel"]
 
@@ -53,29 +53,93 @@ class GpuSpec(_Frozen):
 
 Billing = Literal["per-second", "per-minute", "per-hour", "monthly"]
 
+# Bounds that catch typos (a price in cents, a missing decimal point), not market limits: the
+# dearest bundled offer is ~35 USD/GPU-hour and block storage ~0.1-0.3 USD/GB-month.
+MAX_USD_PER_GPU_HOUR = 1000.0
+MAX_STORAGE_USD_PER_GB_MONTH = 100.0
+MAX_INTERRUPTIONS_PER_HOUR = 60.0
+# Identity fields appear in keys, tables and one-line errors; notes may span lines.
+MAX_NAME_CHARS = 200
+MAX_SOURCE_CHARS = 2_000
+MAX_NOTES_CHARS = 10_000
+
+
+def echo(value: object, limit: int = 40) -> str:
+    """A value read from a user's file as an error message may quote it: one line, at most `limit`
+    characters of it (a file's content is never echoed whole)."""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except ValueError:  # an int too long for str()
+        return f"<{type(value).__name__}>"
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
+def _is_one_line(text: str) -> bool:
+    return all(ch.isprintable() for ch in text)
+
 
 class Offer(_Frozen):
-    """One rentable instance type in one region, priced per GPU-hour."""
+    """One rentable instance type in one region, priced per GPU-hour.
 
-    provider: str
-    tier: str = Field(description="offering or tier, e.g. 'secure', 'community', 'on-demand/spot'")
-    instance_type: str
-    gpu: str = Field(description="canonical GPU id (GpuSpec.name)")
-    source_gpu_name: str = Field(description="the provider's own spelling of the GPU")
+    Every rule on an offer's values lives here, for every way an offer is made (CSV, YAML,
+    SkyPilot import, library): numbers are finite and within typo bounds, the GPU count is a whole
+    number, the price date is not in the future, the country is an upper-case ISO 3166 alpha-2 code.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    provider: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    tier: str = Field(
+        min_length=1,
+        max_length=MAX_NAME_CHARS,
+        description="offering or tier, e.g. 'secure', 'community', 'on-demand/spot'",
+    )
+    instance_type: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    gpu: str = Field(max_length=MAX_NAME_CHARS, description="canonical GPU id (GpuSpec.name)")
+    source_gpu_name: str = Field(max_length=MAX_NAME_CHARS, description="the provider's own spelling of the GPU")
     gpus_per_node: int = Field(ge=1, le=64)
-    on_demand_usd_per_gpu_hour: float | None = Field(default=None, gt=0)
-    interruptible_usd_per_gpu_hour: float | None = Field(default=None, gt=0)
+    on_demand_usd_per_gpu_hour: float | None = Field(default=None, gt=0, le=MAX_USD_PER_GPU_HOUR)
+    interruptible_usd_per_gpu_hour: float | None = Field(default=None, gt=0, le=MAX_USD_PER_GPU_HOUR)
     billing: Billing = "per-hour"
-    region: str
-    country: str | None = None
-    storage_usd_per_gb_month: float | None = Field(default=None, gt=0)
-    interruption_rate_per_hour: float | None = Field(default=None, ge=0)
+    region: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    country: str | None = Field(default=None, description="ISO 3166-1 alpha-2 code, upper case (DE, US)")
+    storage_usd_per_gb_month: float | None = Field(default=None, gt=0, le=MAX_STORAGE_USD_PER_GB_MONTH)
+    interruption_rate_per_hour: float | None = Field(default=None, ge=0, le=MAX_INTERRUPTIONS_PER_HOUR)
     price_date: dt.date
     price_date_estimated: bool = Field(
         default=False, description="True when the source gave no date and it was bounded from context"
     )
-    source: str
-    notes: str = ""
+    source: str = Field(min_length=1, max_length=MAX_SOURCE_CHARS)
+    notes: str = Field(default="", max_length=MAX_NOTES_CHARS)
+
+    @field_validator("provider", "tier", "instance_type", "gpu", "source_gpu_name", "region", "source")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        if not _is_one_line(value):
+            raise ValueError("must be one line without control characters")
+        return value
+
+    @field_validator("country", mode="before")
+    @classmethod
+    def _country(cls, value: object) -> object:
+        # Upper case here, once: a lower-case `de` used to be stored as is and never matched --eu-only.
+        if not isinstance(value, str):
+            return value
+        code = value.strip().upper()
+        if not code:
+            return None
+        if len(code) != 2 or not (code.isascii() and code.isalpha()):
+            raise ValueError("must be a 2-letter ISO 3166 country code such as DE or US")
+        return code
+
+    @field_validator("price_date")
+    @classmethod
+    def _not_in_the_future(cls, value: dt.date) -> dt.date:
+        # Tomorrow is allowed for time zones ahead of this machine's; a later date (9999-12-31) would
+        # only silence the staleness warning.
+        if value > dt.date.today() + dt.timedelta(days=1):
+            raise ValueError("must not be in the future; give the date the price was read")
+        return value
 
     @model_validator(mode="after")
     def _prices(self) -> Offer:

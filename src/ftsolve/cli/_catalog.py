@@ -13,14 +13,15 @@ from ftsolve._errors import CatalogError, UnknownCatalogEntry
 from ftsolve.catalog import load_catalog, load_config_json, provider_defaults, resolve_gpu
 from ftsolve.catalog._import import (
     ImportReport,
-    detect_format,
     merge_into_user_catalog,
+    offers_format,
+    read_offers_text,
     read_skypilot,
-    read_user_offers,
+    user_offers_from_text,
 )
 from ftsolve.catalog._load import Catalog, load_gpus, stale_offers
-from ftsolve.catalog._models import Offer
-from ftsolve.cli._common import console, errors
+from ftsolve.catalog._models import Offer, echo
+from ftsolve.cli._common import console, errors, one_line, plain
 
 
 def _filtered(
@@ -182,37 +183,39 @@ def catalog_show(name: str, as_json: bool) -> None:
     for key, value in data.items():
         if isinstance(value, dict):
             for k2, v2 in value.items():
-                click.echo(f"{key + '.' + k2:{width + 28}s} {v2}")
+                click.echo(f"{key + '.' + k2:{width + 28}s} {plain(v2)}")
         else:
-            click.echo(f"{key:{width + 28}s} {value}")
+            click.echo(f"{key:{width + 28}s} {plain(value)}")
 
 
 def _read_any(path: Path, provider: str | None, price_date: str | None) -> ImportReport:
     gpus = load_gpus()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CatalogError(f"{path}: cannot read ({exc.strerror})") from None
-    if path.suffix.lower() in (".yaml", ".yml"):
-        return read_user_offers(path, gpus)
-    header = next((line for line in text.splitlines() if not line.startswith("#")), "")
-    fmt = detect_format(h.strip() for h in header.split(","))
-    if fmt == "ftsolve":
-        return read_user_offers(path, gpus)
-    if price_date:
-        try:
-            date = dt.date.fromisoformat(price_date)
-        except ValueError:
-            raise CatalogError(f"invalid --price-date {price_date!r}: use YYYY-MM-DD") from None
-        estimated = False
-    else:
-        # SkyPilot catalogs carry no date; the file's own modification date is the best bound.
-        date, estimated = dt.date.fromtimestamp(path.stat().st_mtime), True
+    text = read_offers_text(path)
+    fmt = offers_format(text, path)
+    if fmt in ("yaml", "ftsolve"):
+        return user_offers_from_text(text, path, gpus)
+    date, estimated = _price_date(path, price_date)
     guess = provider or (path.parent.name if fmt == "skypilot" and path.name == "vms.csv" else None)
     report = read_skypilot(text, str(path), gpus, provider=guess, price_date=lambda _p: (date, estimated))
     if estimated:
         report.warnings.append(f"no --price-date given: prices dated {date} (file modification date, estimated)")
     return report
+
+
+def _price_date(path: Path, price_date: str | None) -> tuple[dt.date, bool]:
+    """The --price-date, else the file's modification date as an estimate (SkyPilot files carry none)."""
+    if price_date:
+        try:
+            return dt.date.fromisoformat(price_date), False
+        except ValueError:
+            raise CatalogError(f"invalid --price-date {echo(price_date)}: use YYYY-MM-DD") from None
+    today = dt.date.today()
+    try:
+        modified = dt.date.fromtimestamp(path.stat().st_mtime)
+    except (OSError, OverflowError, ValueError):
+        return today, True
+    # A clock-skewed mtime in the future would date every offer after today.
+    return min(modified, today), True
 
 
 @catalog_group.command("validate")
@@ -222,6 +225,8 @@ def _read_any(path: Path, provider: str | None, price_date: str | None) -> Impor
 def catalog_validate(path: Path, provider: str | None) -> None:
     """Check an offers file (ftsolve CSV/YAML or SkyPilot) without importing it."""
     report = _read_any(path, provider or "unnamed", "2000-01-01")
+    for w in report.warnings:
+        click.echo(f"warning: {one_line(w)}", err=True)
     click.echo(f"ok: {len(report.offers)} offers" + _skipped_text(report))
 
 
@@ -246,7 +251,7 @@ def catalog_import(path: Path, provider: str | None, price_date: str | None, dry
     """
     report = _read_any(path, provider, price_date)
     for w in report.warnings:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(f"warning: {one_line(w)}", err=True)
     if not report.offers:
         raise CatalogError(f"{path}: no usable offers" + _skipped_text(report))
     if dry_run:
@@ -286,7 +291,7 @@ def models_list(family: str | None, as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     for r in rows:
-        click.echo(f"{r['name']:32s} {r['params_b']:8.2f}B  {r['family']:8s} {r['source']}")
+        click.echo(f"{plain(r['name']):32s} {r['params_b']:8.2f}B  {r['family']:8s} {plain(r['source'])}")
 
 
 @models_group.command("show")
@@ -314,4 +319,4 @@ def models_show(name: str | None, config_path: Path | None, lora_rank: int, as_j
         click.echo(json.dumps(data, indent=2))
         return
     for key, value in data.items():
-        click.echo(f"{key:32s} {value}")
+        click.echo(f"{key:32s} {plain(value)}")
