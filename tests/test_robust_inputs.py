@@ -193,3 +193,11 @@ def test_check_plan_rejects_negative_figures() -> None:
 )
 def test_estimates_refuse_values_no_run_has(args: list[str], field: str) -> None:
     assert_one_line_exit_2(invoke(*args), field)
+
+
+@pytest.mark.parametrize(
+    "args", [["plan", "--lora-rank", "stray"], ["plann"], ["plan", "--stack", "nope"], ["export", "excel"]]
+)
+def test_usage_errors_are_one_line_with_where_to_look(args: list[str]) -> None:
+    result = invoke(*args)
+    assert_one_line_exit_2(result, "Error:", "--help")

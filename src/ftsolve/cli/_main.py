@@ -3,7 +3,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -18,7 +18,7 @@ from ftsolve._units import parse_count, parse_hours, parse_usd
 from ftsolve.catalog import load_catalog, load_config_json
 from ftsolve.catalog._hf import config_json_path
 from ftsolve.cli._catalog import catalog_group, models_group
-from ftsolve.cli._common import errors, plain
+from ftsolve.cli._common import errors, one_line, plain
 from ftsolve.cli._estimate import estimate_group
 from ftsolve.cli._render import (
     progress_bar,
@@ -309,7 +309,31 @@ def _warn_stale(result: PlanSet, max_age_days: int) -> None:
             )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class OneLineErrorGroup(click.Group):
+    """click prints a usage error on three lines (usage, hint, error); ftsolve's errors are one."""
+
+    def main(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any
+    ) -> Any:
+        if extra.pop("standalone_mode", True) is False:
+            return super().main(args, prog_name, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            hint = f" (see `{exc.ctx.command_path} --help`)" if isinstance(exc, click.UsageError) and exc.ctx else ""
+            click.echo(f"Error: {one_line(exc.format_message())}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except BrokenPipeError:
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(
+    cls=OneLineErrorGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(package_name="ftsolve")
 def cli() -> None:
     """Plan LLM fine-tuning on rented GPUs: what to rent, how to train, what it really costs."""
