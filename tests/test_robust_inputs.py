@@ -201,3 +201,43 @@ def test_estimates_refuse_values_no_run_has(args: list[str], field: str) -> None
 def test_usage_errors_are_one_line_with_where_to_look(args: list[str]) -> None:
     result = invoke(*args)
     assert_one_line_exit_2(result, "Error:", "--help")
+
+
+def test_integers_too_long_to_print_and_names_too_long_for_a_path(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text('{"hidden_size": ' + "9" * 5000 + "}")
+    assert_one_line_exit_2(invoke("plan", "--config", str(config), *BASE[2:]), "numbers too long")
+    job = tmp_path / "job.toml"
+    job.write_text("train_tokens = " + "9" * 5000 + "\n")
+    assert_one_line_exit_2(invoke("plan", "--job", str(job), "--model", "qwen3-4b", "--seq-len", "512"), "TOML")
+    assert_one_line_exit_2(invoke("estimate", "memory", "--model", "9" * 400), "unknown model")
+    assert_one_line_exit_2(invoke("plan", *BASE, "--quota", "aws=\u00b2"), "--quota")
+
+
+def test_architectures_beyond_any_real_model_are_refused() -> None:
+    with pytest.raises(ValueError, match="at most 10,000,000"):
+        ftsolve.ModelArch(
+            name="tiny", family="llama", hidden_size=10**400, num_layers=2, num_heads=4, num_kv_heads=4,
+            intermediate_size=128, vocab_size=1000,
+        )  # fmt: skip
+    with pytest.raises(InvalidJobSpec, match="real_token_fraction"):
+        JobSpec.build(model="qwen3-4b", train_tokens=10**7, seq_len=512, real_token_fraction=1e-300)
+
+
+def test_every_plan_within_a_margin_is_the_same_from_both_engines() -> None:
+    job = JobSpec(model="qwen3-4b", train_tokens=10**7, seq_len=512, gpus=("h100-sxm", "l40s"))
+    scan = ftsolve.plan(job, within=0.5, engine="scan")
+    cpsat = ftsolve.plan(job, within=0.5, engine="cpsat")
+    assert len(scan.plans) > 5
+    assert [p.model_dump() for p in scan.plans] == [p.model_dump() for p in cpsat.plans]
+
+
+def test_large_caps_score_launchable_node_counts_only() -> None:
+    from ftsolve.solver._grid import build_candidates, launchable_node_counts
+
+    assert launchable_node_counts(4).tolist() == [1, 2, 3, 4]
+    assert launchable_node_counts(100).tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96]
+    job = JobSpec(model="llama-3.1-70b", train_tokens=10**8, seq_len=2048, max_gpus=4096, max_nodes=512)
+    table = build_candidates(job, ftsolve.load_catalog())
+    assert set(np.unique(table.nodes).tolist()) <= set(launchable_node_counts(512).tolist())
+    assert len(table) < 400_000

@@ -4,6 +4,7 @@ never downloads anything: the file is parsed as JSON and its fields are mapped b
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -250,23 +251,31 @@ def config_json_path(value: str, base: Path) -> Path | None:
     """The config.json a job file's `model` names, resolved against the job file's folder: a
     string ending in .json, or a folder holding a config.json. None: a preset name."""
     path = base / Path(value).expanduser()
-    if value.endswith(".json") or (path / "config.json").is_file():
+    if value.endswith(".json") or _exists(path / "config.json", Path.is_file):
         return path
     return None
+
+
+def _exists(path: Path, test: Callable[[Path], bool]) -> bool:
+    """`test(path)`, False where the name cannot be a path at all (too long, a NUL byte)."""
+    try:
+        return test(path)
+    except (OSError, ValueError):
+        return False
 
 
 def load_config_json(path: str | Path) -> ModelArch:
     """Read a local Hugging Face config.json (or a folder holding one)."""
     p = Path(path)
-    if p.is_dir():
+    if _exists(p, Path.is_dir):
         p = p / "config.json"
     text = read_text_file(p, "model config", CatalogError, JOB_FILE_MAX_BYTES)
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CatalogError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except RecursionError:
-        raise CatalogError(f"{p}: not a model config (nested too deeply)") from None
+    except (RecursionError, ValueError):  # nesting beyond the stack; integers beyond 4300 digits
+        raise CatalogError(f"{p}: not a model config (nested too deeply or numbers too long)") from None
     # A Hub download keeps config.json in a folder named after the model; a renamed copy names itself.
     fallback = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
     name = str(cfg.get("_name_or_path") or fallback) if isinstance(cfg, dict) else p.stem

@@ -156,6 +156,9 @@ class Offer(_Frozen):
         return f"{self.provider}/{self.tier}/{self.instance_type}/{self.region}"
 
 
+MAX_ARCH_SIZE = 10_000_000
+
+
 class ModelArch(_Frozen):
     """Decoder-only transformer architecture, enough to count parameters, bytes and FLOPs.
 
@@ -166,6 +169,15 @@ class ModelArch(_Frozen):
 
     name: str
     family: str
+
+    @field_validator("*")
+    @classmethod
+    def _real_size(cls, v: object) -> object:
+        # No real model has a dimension, layer or expert count near this; a config that does is
+        # corrupt, and its counts would overflow the float arithmetic of the estimates.
+        if isinstance(v, int) and not isinstance(v, bool) and v > MAX_ARCH_SIZE:
+            raise ValueError(f"must be at most {MAX_ARCH_SIZE:,}")
+        return v
     hidden_size: int = Field(gt=0)
     num_layers: int = Field(gt=0)
     num_heads: int = Field(gt=0)

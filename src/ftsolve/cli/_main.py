@@ -49,7 +49,7 @@ def _quota(value: str | None) -> dict[str, int] | None:
     out = {}
     for part in value.split(","):
         name, _, number = part.partition("=")
-        if not name.strip() or not number.strip().isdigit():
+        if not name.strip() or not (number.strip().isascii() and number.strip().isdigit()):
             raise InvalidJobSpec(f"invalid --quota {value[:40]!r}: use provider=GPUs pairs like aws=8,gcp=16")
         out[name.strip().lower()] = int(number)
     return out
@@ -240,7 +240,7 @@ def load_job_file(path: str) -> dict[str, Any]:
     if p.suffix.lower() == ".toml":
         try:
             data: Any = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, ValueError) as exc:  # ValueError: an integer over 4300 digits
             raise InvalidJobSpec(f"{path}: not valid TOML ({str(exc).splitlines()[0][:80]})") from None
     else:
         data = load_yaml(text, str(path), InvalidJobSpec)

@@ -54,8 +54,9 @@ class CpSatEngine:
 
     def rank(self, cost_cents: I, tie_rank: I, group: I, feasible: B, top: int, diverse: bool) -> list[int]:
         # Presolve by dominance: within a diversity group only its cheapest member can be
-        # picked, because a pick cuts the whole group. Without diversity nothing is removed.
-        rows = _group_minima(cost_cents, tie_rank, group, feasible, diverse)
+        # picked, because a pick cuts the whole group; and with no coupling between choices the
+        # k-th pick is the k-th best of those, so rows past the first `top` can never be picked.
+        rows = _group_minima(cost_cents, tie_rank, group, feasible, diverse)[:top]
         rows = np.sort(rows)
         if rows.size == 0:
             return []

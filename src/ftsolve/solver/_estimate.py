@@ -125,7 +125,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "inter_node_gbit_per_s": (0.0, 100_000.0, False),
     "utilization": (0.0, 1.0, False),
     "train_tokens": (1, 10**15, True),
-    "real_token_fraction": (0.0, 1.0, False),
+    "real_token_fraction": (0.01, 1.0, True),
 }
 
 

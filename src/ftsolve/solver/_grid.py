@@ -238,6 +238,20 @@ def _market_rows(job: JobSpec, catalog: Catalog, scope: NDArray[np.bool_], gid: 
     return np.concatenate(offer_ids), np.concatenate(market_ids)
 
 
+def launchable_node_counts(max_nodes: int) -> I:
+    """Node counts to consider: every count up to 8, then 2^k and 3·2^(k-1) (12, 16, 24, 32, ...).
+
+    Clusters are booked and sharded in such sizes (data-parallel groups and global batches divide
+    them); a plan on 11 or 13 nodes is never much better than one on 12, and scoring every count up
+    to 512 nodes would make the table grow with the cap rather than with the choices that matter.
+    """
+    small = np.arange(1, min(max_nodes, 8) + 1)
+    powers = 2 ** np.arange(3, 20)
+    large = np.union1d(powers, 3 * powers // 2)
+    out: I = np.union1d(small, large[large <= max_nodes]).astype(np.int64)
+    return out
+
+
 def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> CandidateTable:
     """Score every candidate of the job against the catalog.
 
@@ -257,7 +271,7 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     assumptions: list[str] = []
 
     # --- rows: (offer, market, node count) ------------------------------------------------
-    node_counts = np.arange(1, job.max_nodes + 1, dtype=np.int64)
+    node_counts = launchable_node_counts(job.max_nodes)
     gpn_m = arr.gpus_per_node[m_offer]
     ok = node_counts[None, :] * gpn_m[:, None] <= job.max_gpus
     mi, ni = np.nonzero(ok)

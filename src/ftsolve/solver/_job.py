@@ -150,7 +150,7 @@ class JobSpec(BaseModel):
         default=None, description="most GPUs you may hold at once, by provider (e.g. {'aws': 8})"
     )
     real_token_fraction: float = Field(
-        default=1.0, gt=0, le=1.0, description="share of real (non-padding) tokens; 1.0 when packed"
+        default=1.0, ge=0.01, le=1.0, description="share of real (non-padding) tokens; 1.0 when packed"
     )
     eval_fraction: float = Field(
         default=0.0,
