@@ -123,6 +123,8 @@ def render_infeasible(inf: Infeasibility) -> None:
     if inf.ruled_out_by:
         counts = ", ".join(f"{plain(k)} rules out {v}" for k, v in inf.ruled_out_by.items() if v)
         con.print(f"Of {inf.candidates} candidates: {counts}.")
+    for note in inf.notes:
+        con.print(f"Note: {plain(note)}")
 
 
 def render_explain(ps: PlanSet, p: Plan) -> None:

@@ -86,13 +86,27 @@ class Plan(_Frozen):
     assumptions: tuple[str, ...]
 
 
+JobValue = float | int | str | bool | tuple[str, ...] | None
+
+
 class Relaxation(_Frozen):
-    """The smallest change to one requirement that yields a plan, and that plan's cost."""
+    """The smallest change to one requirement (or one joint change) that yields a plan, and that
+    plan's cost and finish: re-planning with `updates` applied to the job yields exactly it."""
 
     constraint: str
     change: str
     value: float | None
     plan_cost_usd: float | None
+    plan_hours: float | None = Field(default=None, description="the plan's finish at the job's confidence")
+    updates: dict[str, JobValue] = Field(default_factory=dict, description="JobSpec fields to change")
+
+
+class Extreme(_Frozen):
+    """One end of the cost-time frontier within the job's caps, ignoring its deadline and budget."""
+
+    label: str
+    cost_usd: float
+    hours: float = Field(description="finish at the job's confidence")
 
 
 class Infeasibility(_Frozen):
@@ -105,6 +119,10 @@ class Infeasibility(_Frozen):
         description="minimal sets of constraints that no candidate meets together"
     )
     relaxations: tuple[Relaxation, ...]
+    frontier: tuple[Extreme, ...] = Field(
+        default=(), description="cheapest plan at any deadline and fastest plan at any budget, within the caps"
+    )
+    notes: tuple[str, ...] = Field(default=(), description="caps that contradict each other, and similar")
 
 
 class PlanSet(_Frozen):
