@@ -231,3 +231,43 @@ def test_quota_limits_gpus_per_provider_and_is_explained() -> None:
     inf = info.value.infeasibility
     assert any("quota" in c for c in inf.conflicts)
     assert any(r.constraint == "gpu_quota" for r in inf.relaxations)
+
+
+def test_the_70b_job_gets_a_numeric_frontier_and_a_joint_change_that_works() -> None:
+    job = JobSpec(model="llama-3.1-70b", train_tokens=500_000_000, seq_len=4096, deadline_hours=2, budget_usd=50)
+    cat = ftsolve.load_catalog()
+    with pytest.raises(NoFeasiblePlan) as err:
+        ftsolve.plan(job, cat)
+    inf = err.value.infeasibility
+    cheapest, fastest = inf.frontier
+    assert cheapest.cost_usd <= fastest.cost_usd and fastest.hours <= cheapest.hours
+    assert cheapest.cost_usd > job.budget_usd and fastest.hours > job.deadline_hours
+    (joint,) = inf.relaxations
+    assert set(joint.updates) == {"deadline_hours", "budget_usd"}
+    assert "smallest joint change" in inf.summary and f"{joint.plan_cost_usd:.2f} USD" in inf.summary
+    best = ftsolve.plan(job.model_copy(update=joint.updates), cat, top=1).plans[0]
+    assert best.total_cost_usd == pytest.approx(joint.plan_cost_usd)
+
+
+def test_a_full_fine_tune_on_one_80gb_card_is_answered_with_the_optimizer() -> None:
+    job = JobSpec(
+        model="llama-3.1-8b", train_tokens=10**8, seq_len=2048, methods=("full",), max_gpus=1, gpus=("h100-sxm",)
+    )
+    cat = ftsolve.load_catalog()
+    with pytest.raises(NoFeasiblePlan) as err:
+        ftsolve.plan(job, cat)
+    recipe = [r for r in err.value.infeasibility.relaxations if r.constraint == "recipe"]
+    assert recipe and recipe[0].updates == {"optimizer": "adamw-8bit"}
+    best = ftsolve.plan(job.model_copy(update=recipe[0].updates), cat, top=1).plans[0]
+    assert (best.method, best.n_gpus, best.optimizer) == ("full", 1, "adamw-8bit")
+    assert best.total_cost_usd == pytest.approx(recipe[0].plan_cost_usd)
+
+
+def test_caps_that_contradict_each_other_are_named() -> None:
+    job = JobSpec(
+        model="llama-3.1-70b", train_tokens=10**8, seq_len=2048, methods=("full",), max_gpus=32, max_nodes=1,
+        gpus=("rtx-4090",),
+    )  # fmt: skip
+    with pytest.raises(NoFeasiblePlan) as err:
+        ftsolve.plan(job)
+    assert any("max_gpus 32 cannot be reached" in n for n in err.value.infeasibility.notes)
