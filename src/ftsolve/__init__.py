@@ -5,7 +5,7 @@
 >>> plans = ftsolve.plan(job)        # PlanSet, best first
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib import metadata as _metadata
 
 from ftsolve._errors import (
     CatalogError,
@@ -18,7 +18,10 @@ from ftsolve._errors import (
 from ftsolve._exports import export_plan
 from ftsolve.catalog import Catalog, GpuSpec, ModelArch, Offer, load_catalog, load_config_json
 from ftsolve.solver import (
+    CompareRow,
     CostItem,
+    Extreme,
+    FrontierPoint,
     Infeasibility,
     JobSpec,
     MemoryBreakdown,
@@ -27,20 +30,25 @@ from ftsolve.solver import (
     Relaxation,
     TimeBreakdown,
     check_plan,
+    compare,
+    pareto,
     plan,
 )
 from ftsolve.solver._estimate import MemoryEstimate, TimeEstimate, estimate_memory, estimate_time
 from ftsolve.solver._memory import MemoryOptions
 
 try:
-    __version__ = version("ftsolve")
-except PackageNotFoundError:  # running from a source tree
+    __version__ = _metadata.version("ftsolve")
+except _metadata.PackageNotFoundError:  # running from a source tree
     __version__ = "0.0.0"
 
 __all__ = [
     "Catalog",
     "CatalogError",
+    "CompareRow",
     "CostItem",
+    "Extreme",
+    "FrontierPoint",
     "FtsolveError",
     "GpuSpec",
     "Infeasibility",
@@ -61,10 +69,12 @@ __all__ = [
     "UnsafeOutput",
     "__version__",
     "check_plan",
+    "compare",
     "estimate_memory",
     "estimate_time",
     "export_plan",
     "load_catalog",
     "load_config_json",
+    "pareto",
     "plan",
 ]

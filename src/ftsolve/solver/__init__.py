@@ -4,6 +4,7 @@ from ftsolve.solver._api import check_plan, plan
 from ftsolve.solver._job import JobSpec
 from ftsolve.solver._plans import (
     CostItem,
+    Extreme,
     Infeasibility,
     MemoryBreakdown,
     Plan,
@@ -11,9 +12,13 @@ from ftsolve.solver._plans import (
     Relaxation,
     TimeBreakdown,
 )
+from ftsolve.solver._sweeps import CompareRow, FrontierPoint, compare, pareto
 
 __all__ = [
+    "CompareRow",
     "CostItem",
+    "Extreme",
+    "FrontierPoint",
     "Infeasibility",
     "JobSpec",
     "MemoryBreakdown",
@@ -22,5 +27,7 @@ __all__ = [
     "Relaxation",
     "TimeBreakdown",
     "check_plan",
+    "compare",
+    "pareto",
     "plan",
 ]

@@ -9,7 +9,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
-from ftsolve.catalog._load import Catalog
+from ftsolve.catalog import Catalog, load_catalog
 from ftsolve.solver._api import _failure, plan
 from ftsolve.solver._grid import build_candidates
 from ftsolve.solver._job import MARKETS, JobSpec
@@ -46,9 +46,11 @@ class FrontierPoint(BaseModel):
     on_frontier: bool
 
 
-def compare(job: JobSpec, catalog: Catalog, *, by: Literal["gpu", "method"] = "gpu") -> list[CompareRow]:
+def compare(
+    job: JobSpec, catalog: Catalog | None = None, *, by: Literal["gpu", "method"] = "gpu"
+) -> list[CompareRow]:
     """The same job across GPU types or methods, cheapest first, infeasible options last."""
-    t = build_candidates(job, catalog)
+    t = build_candidates(job, catalog if catalog is not None else load_catalog())
     feasible = t.feasible()
     if by == "gpu":
         values = np.array([t.offers[int(i)].gpu for i in t.offer_idx], dtype=str) if len(t) else np.zeros(0, str)
@@ -97,7 +99,7 @@ MAX_POINTS = 200  # each point is a plan; more is a typo, not a finer frontier
 
 def pareto(
     job: JobSpec,
-    catalog: Catalog,
+    catalog: Catalog | None = None,
     *,
     sweep: Literal["deadline", "budget"] = "deadline",
     points: int = 12,
@@ -107,6 +109,7 @@ def pareto(
     of expected cost against finish time."""
     if not 2 <= points <= MAX_POINTS:
         raise InvalidJobSpec(f"invalid points {points}: sweep between 2 and {MAX_POINTS} values")
+    catalog = catalog if catalog is not None else load_catalog()
     free = job.model_copy(update={"deadline_hours": None} if sweep == "deadline" else {"budget_usd": None})
     t = build_candidates(free, catalog)
     ok = t.feasible()
