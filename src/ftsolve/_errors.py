@@ -5,6 +5,7 @@
     ├── UnknownCatalogEntry (LookupError)   a GPU, model or provider name is not in the catalog
     ├── CatalogError (ValueError)           a catalog or model-config file is malformed
     ├── UnsafeOutput (ValueError)           an output path is not a regular file, or cannot be written
+    ├── ChoiceProblemError (ValueError)     a choice problem is malformed or given to the wrong engine
     └── NoFeasiblePlan                      every candidate breaks some constraint; carries the diagnosis
 
 Each exception carries its exit code (`exit_code`, click's pattern): 2 for bad input, 1 for
@@ -36,6 +37,11 @@ class CatalogError(FtsolveError, ValueError):
 
 class UnsafeOutput(FtsolveError, ValueError):
     """Raised when an output path holds something other than a regular file (a link, FIFO, device)."""
+
+
+class ChoiceProblemError(FtsolveError, ValueError):
+    """Raised when a choice problem is malformed (shapes, dtypes, unknown columns, keys too large
+    for exact integer arithmetic) or handed to an engine that cannot solve its kind."""
 
 
 class UnknownCatalogEntry(FtsolveError, LookupError):
