@@ -241,3 +241,49 @@ def test_large_caps_score_launchable_node_counts_only() -> None:
     table = build_candidates(job, ftsolve.load_catalog())
     assert set(np.unique(table.nodes).tolist()) <= set(launchable_node_counts(512).tolist())
     assert len(table) < 400_000
+
+
+def test_formula_text_is_written_as_text_and_read_back_unchanged(tmp_path: Path) -> None:
+    from ftsolve.catalog import load_gpus
+    from ftsolve.catalog._import import offers_to_csv
+    from ftsolve.catalog._load import parse_offers
+
+    src = tmp_path / "mine.csv"
+    src.write_text(
+        "provider,tier,instance_type,gpu,gpus_per_node,on_demand_usd_per_gpu_hour,"
+        "interruptible_usd_per_gpu_hour,region,price_date,source,notes\n"
+        'acme,t,=HYPERLINK("http://x"),h100-sxm,8,2.5,,eu,2026-11-01,@src,+1 -2\n'
+    )
+    offers = parse_offers(src.read_text(), "mine.csv", load_gpus())
+    text = offers_to_csv(offers)
+    assert "'=HYPERLINK" in text and ",'@src," in text and ",'+1 -2" in text
+    assert ",=" not in text and ",2.5," in text  # numbers are not escaped
+    assert parse_offers(text, "again.csv", load_gpus()) == offers
+
+
+def test_export_out_refuses_links_and_keeps_a_files_mode(tmp_path: Path) -> None:
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    link = tmp_path / "task.yaml"
+    link.symlink_to(target)
+    result = invoke("export", "skypilot", *BASE, "--out", str(link))
+    assert_one_line_exit_2(result, "symbolic link")
+    assert target.read_text() == "keep me"
+    private = tmp_path / "private.yaml"
+    private.write_text("old")
+    private.chmod(0o600)
+    assert invoke("export", "skypilot", *BASE, "--out", str(private)).exit_code == 0
+    assert private.stat().st_mode & 0o777 == 0o600
+    assert "ftsolve plan 1" in private.read_text()
+
+
+def test_a_huge_job_file_is_refused_by_size_and_content_is_never_echoed(tmp_path: Path) -> None:
+    big = tmp_path / "job.yaml"
+    big.write_text("model: qwen3-4b\nnotes: " + "x" * (4 * 1024 * 1024) + "\n")
+    assert_one_line_exit_2(invoke("plan", "--job", str(big)), "larger than 1 MiB")
+    shadow = tmp_path / "shadow"
+    shadow.write_text("root:$6$secretsecret:19000:0:99999:7:::\nbin:*:19000\n")
+    result = invoke("plan", "--job", str(shadow), *BASE[2:])
+    assert_one_line_exit_2(result, "not valid YAML")
+    assert "secret" not in result.output
+    assert_one_line_exit_2(invoke("estimate", "memory", "--params", "1e30"), "parameter count")

@@ -27,7 +27,7 @@ from ftsolve._files import (
     read_text_file,
     write_atomically,
 )
-from ftsolve.catalog._load import OFFER_COLUMNS, _offer_from_row, _table, offer_problem, parse_offers
+from ftsolve.catalog._load import FORMULA_STARTS, OFFER_COLUMNS, _offer_from_row, _table, offer_problem, parse_offers
 from ftsolve.catalog._models import GpuSpec, Offer, echo
 from ftsolve.catalog._names import resolve_gpu
 
@@ -391,9 +391,17 @@ def offers_to_csv(offers: Iterable[Offer]) -> str:
         row["price_date"] = o.price_date.isoformat()
         row["price_date_estimated"] = "true" if o.price_date_estimated else "false"
         (quoted if o.provider.startswith("#") else w).writerow(
-            {c: "" if row.get(c) is None else row[c] for c in WRITE_COLUMNS}
+            {c: "" if row.get(c) is None else formula_safe(row[c]) for c in WRITE_COLUMNS}
         )
     return out.getvalue()
+
+
+def formula_safe(value: object) -> object:
+    """A text cell a spreadsheet would run as a formula (=, +, -, @ first) gets a leading
+    apostrophe (OWASP's CSV-injection rule); parse_offers removes it again. Numbers stay."""
+    if isinstance(value, str) and value[:1] in FORMULA_STARTS:
+        return "'" + value
+    return value
 
 
 def merge_into_user_catalog(new: list[Offer], gpus: Mapping[str, GpuSpec], path: Path | None = None) -> Path:

@@ -185,11 +185,16 @@ _NUMBER_COLUMNS = (
 _TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0", "")
 
 
+FORMULA_STARTS = ("=", "+", "-", "@")
+
+
 def _offer_from_row(row: Mapping[str, str | None], where: str, gpus: Mapping[str, GpuSpec]) -> Offer:
     """One offer from the text cells of a row; the values are checked by Offer, in one place."""
 
     def get(col: str) -> str:
-        return (row.get(col) or "").strip()
+        value = (row.get(col) or "").strip()
+        # offers_to_csv writes a formula-like text as '=... so that spreadsheets show it as text.
+        return value[1:] if value[:1] == "'" and value[1:2] in FORMULA_STARTS else value
 
     for required in ("provider", "instance_type", "gpus_per_node", "source"):
         if not get(required):
