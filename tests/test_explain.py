@@ -241,7 +241,7 @@ def test_the_70b_job_gets_a_numeric_frontier_and_a_joint_change_that_works() -> 
     inf = err.value.infeasibility
     cheapest, fastest = inf.frontier
     assert cheapest.cost_usd <= fastest.cost_usd and fastest.hours <= cheapest.hours
-    assert cheapest.cost_usd > job.budget_usd and fastest.hours > job.deadline_hours
+    assert cheapest.cost_usd > 50 and fastest.hours > 2  # beyond the budget and the deadline
     (joint,) = inf.relaxations
     assert set(joint.updates) == {"deadline_hours", "budget_usd"}
     assert "smallest joint change" in inf.summary and f"{joint.plan_cost_usd:.2f} USD" in inf.summary

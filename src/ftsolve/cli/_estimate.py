@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +10,10 @@ import click
 from ftsolve._errors import InvalidJobSpec
 from ftsolve._units import parse_count
 from ftsolve.cli._common import console, errors, plain
+from ftsolve.cli._options import FC, RECIPE_FIELDS, field_option, field_options
+from ftsolve.solver import JobSpec
 from ftsolve.solver._estimate import estimate_memory, estimate_time
-from ftsolve.solver._memory import OPTIMIZERS, SHARD_NAMES, MemoryOptions
-from ftsolve.solver._stacks import LOSSES, STACK_NAMES
+from ftsolve.solver._memory import SHARD_NAMES, MemoryOptions
 
 
 def _target(model: str | None, config_path: Path | None, params: str | None) -> str | Path | float:
@@ -25,67 +25,27 @@ def _target(model: str | None, config_path: Path | None, params: str | None) -> 
     return float(parse_count(params, "params")) if params else str(model)
 
 
-def recipe_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The training-recipe switches shared by `estimate memory` and `estimate time`."""
-    options = [
-        click.option(
-            "--stack",
-            type=click.Choice(list(STACK_NAMES)),
-            default="hf",
-            show_default=True,
-            help="Training stack; its defaults fill the switches below that are not given.",
-        ),
-        click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True),
-        click.option("--lora-rank", type=int, default=16, show_default=True),
-        click.option(
-            "--lora-targets", type=click.Choice(["all-linear", "attention", "mlp", "qv"]), default="all-linear"
-        ),
-        click.option("--lora-dropout", type=float, default=0.0, show_default=True),
-        click.option("--adapter-dtype", type=click.Choice(["fp32", "bf16"]), help="Default: the stack's."),
-        click.option(
-            "--quant-kernel",
-            type=click.Choice(["bitsandbytes", "gptq"]),
-            default="bitsandbytes",
-            show_default=True,
-            help="Kernel of an int8/NF4 base: bitsandbytes, or a GPTQ checkpoint.",
-        ),
-        click.option("--double-quant/--no-double-quant", default=True, help="NF4 double quantization (on)."),
-        click.option(
-            "--quantize-head/--no-quantize-head", default=None, help="Quantize lm_head too (default: LitGPT only)."
-        ),
-        click.option("--no-flash", is_flag=True, help="Eager attention (no FlashAttention/SDPA)."),
-        click.option("--loss", type=click.Choice(list(LOSSES)), help="How the loss holds logits (the stack's)."),
-        click.option("--chunked-loss", is_flag=True, help="Same as --loss chunked."),
-        click.option("--optimizer-in-backward/--no-optimizer-in-backward", default=None, help="Step in backward."),
-        click.option("--activation-offload/--no-activation-offload", default=None, help="Saved tensors to CPU."),
-        click.option("--compile/--no-compile", default=None, help="torch.compile (recorded, not modelled)."),
-        click.option("--variable-length", is_flag=True, help="Batches of varying length (not packed)."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
+def recipe_options(fn: FC) -> FC:
+    """The training-recipe options of `estimate memory` and `estimate time`: JobSpec's recipe fields,
+    with the flags, help and defaults `plan` has, and --chunked-loss for --loss chunked."""
+    fn = click.option("--chunked-loss", is_flag=True, help="Same as --loss chunked.")(fn)
+    return field_options(RECIPE_FIELDS)(fn)
+
+
+def _given_or_default(o: dict[str, Any], name: str) -> Any:
+    """The flag's value, or JobSpec's default for the field where it was not typed."""
+    return JobSpec.model_fields[name].get_default() if o.get(name) is None else o[name]
 
 
 def recipe_from_options(o: dict[str, Any]) -> MemoryOptions:
     """MemoryOptions from the recipe switches: the stack's defaults under what was given."""
     if o["chunked_loss"] and o["loss"] not in (None, "chunked"):
         raise InvalidJobSpec(f"--chunked-loss contradicts --loss {o['loss']}")
-    return MemoryOptions.for_stack(
-        o["stack"],
-        optimizer=o["optimizer"],
-        lora_targets=o["lora_targets"],
-        lora_dropout=o["lora_dropout"],
-        adapter_dtype=o["adapter_dtype"],
-        quant_kernel=o["quant_kernel"],
-        double_quant=o["double_quant"],
-        quantized_head=o["quantize_head"],
-        flash_attention=not o["no_flash"],
-        loss="chunked" if o["chunked_loss"] else o["loss"],
-        optimizer_in_backward=o["optimizer_in_backward"],
-        activation_offload=o["activation_offload"],
-        compile=o["compile"],
-        variable_length=o["variable_length"],
-    )
+    given = {name: _given_or_default(o, name) for name in RECIPE_FIELDS if name not in ("stack", "lora_rank")}
+    if o["chunked_loss"]:
+        given["loss"] = "chunked"
+    # A field whose JobSpec default is None stays None here: MemoryOptions then takes the stack's.
+    return MemoryOptions.for_stack(_given_or_default(o, "stack"), **given)
 
 
 @click.group("estimate")
@@ -140,7 +100,7 @@ def estimate_memory_cmd(
         sharding=sharding,
         gradient_checkpointing=ckpt,
         weight_precision=precision,  # type: ignore[arg-type]
-        lora_rank=recipe["lora_rank"],
+        lora_rank=_given_or_default(recipe, "lora_rank"),
         options=opts,
         gpu=gpu,
     )
@@ -187,14 +147,8 @@ def estimate_memory_cmd(
 @click.option("--network-gbit", type=float, help="Inter-node network per node in Gbit/s (default 100).")
 @click.option("--precision", type=click.Choice(["auto", "16-bit", "int8", "nf4"]), default="auto", show_default=True)
 @recipe_options
-@click.option("--tokens", help="Training tokens (50M, 1B) to turn throughput into hours.")
-@click.option(
-    "--real-token-fraction",
-    type=float,
-    default=1.0,
-    show_default=True,
-    help="Share of real tokens (padding lowers it; 1.0 when packed).",
-)
+@field_option("train_tokens")
+@field_option("real_token_fraction")
 @click.option("--json", "as_json", is_flag=True)
 @errors
 def estimate_time_cmd(
@@ -211,14 +165,16 @@ def estimate_time_cmd(
     sharding: str,
     ckpt: bool,
     network_gbit: float | None,
-    tokens: str | None,
-    real_token_fraction: float,
+    train_tokens: int | None,
+    real_token_fraction: float | None,
     as_json: bool,
     precision: str,
     **recipe: Any,
 ) -> None:
     """Step time and tokens/s of one configuration, with the communication it exposes."""
     target = _target(model, config_path, params)
+    if real_token_fraction is None:
+        real_token_fraction = JobSpec.model_fields["real_token_fraction"].get_default()
     if not 0 < real_token_fraction <= 1:
         raise InvalidJobSpec(f"invalid --real-token-fraction {real_token_fraction}: must be in (0, 1]")
     est = estimate_time(
@@ -233,10 +189,10 @@ def estimate_time_cmd(
         sharding=sharding,
         gradient_checkpointing=ckpt,
         weight_precision=precision,  # type: ignore[arg-type]
-        lora_rank=recipe["lora_rank"],
+        lora_rank=_given_or_default(recipe, "lora_rank"),
         options=recipe_from_options(recipe),
         inter_node_gbit_per_s=network_gbit,
-        train_tokens=parse_count(tokens) if tokens else None,
+        train_tokens=train_tokens,
         real_token_fraction=real_token_fraction,
     )
     if as_json:

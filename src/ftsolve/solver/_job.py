@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -26,6 +26,8 @@ Optimizer = Literal[
     "adamw", "adamw-fp32", "adamw-bf16", "adamw-8bit", "paged-adamw", "paged-adamw-8bit", "sgd", "adafactor"
 ]
 LoraTargets = Literal["all-linear", "attention", "mlp", "qv"]
+# Human units a value may carry (ftsolve._units): 50M tokens, 24h, $300.
+Unit = Literal["count", "hours", "usd"]
 
 METHODS: tuple[Method, ...] = ("full", "lora", "qlora")
 MARKETS: tuple[Market, ...] = ("on-demand", "interruptible", "fallback")
@@ -77,6 +79,17 @@ def iso_country(code: str) -> str:
     return _COUNTRY_ALIASES.get(c, c)
 
 
+def _cli(group: Literal["job", "recipe", "constraints"], *aliases: str, unit: Unit | None = None) -> dict[str, Any]:
+    """A field's metadata for the command line (and the JSON Schema): its help section, the older
+    flag spellings kept as aliases, and the human unit its value may be written in (job files too)."""
+    extra: dict[str, Any] = {"group": group}
+    if aliases:
+        extra["cli_aliases"] = list(aliases)
+    if unit is not None:
+        extra["unit"] = unit
+    return extra
+
+
 class JobSpec(BaseModel):
     """A fine-tuning job: what to train, how much, and the limits a plan must respect."""
 
@@ -85,88 +98,304 @@ class JobSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     model: str | ModelArch = Field(
-        description="preset name (see `ftsolve models list`) or an architecture; a job file may name a config.json"
+        title="Model",
+        description="preset name (see `ftsolve models list`) or an architecture; a job file may name a config.json",
+        json_schema_extra=_cli("job"),
     )
-    train_tokens: int = Field(gt=0, le=10**15, description="tokens to train on, all epochs together")
-    seq_len: int = Field(gt=0, le=1_048_576, description="sequence length in tokens")
-    global_batch_size: int = Field(default=16, gt=0, le=1_048_576, description="sequences per optimizer step")
-    methods: tuple[Method, ...] = METHODS
-    optimizer: Optimizer = "adamw"
-    lora_rank: int = Field(default=16, gt=0, le=4096)
-    lora_targets: LoraTargets = "all-linear"
-    lora_dropout: float = Field(default=0.0, ge=0, lt=1.0)
+    train_tokens: int = Field(
+        gt=0,
+        le=10**15,
+        title="Tokens to train on, all epochs",
+        description="tokens to train on, all epochs together",
+        json_schema_extra=_cli("job", "--tokens", unit="count"),
+    )
+    seq_len: int = Field(
+        gt=0,
+        le=1_048_576,
+        title="Sequence length in tokens",
+        description="sequence length in tokens",
+        json_schema_extra=_cli("job"),
+    )
+    global_batch_size: int = Field(
+        default=16,
+        gt=0,
+        le=1_048_576,
+        title="Sequences per optimizer step",
+        description="sequences per optimizer step",
+        json_schema_extra=_cli("job", "--global-batch"),
+    )
+    methods: tuple[Method, ...] = Field(
+        default=METHODS,
+        title="Allowed methods",
+        description="fine-tuning methods the planner may choose from",
+        json_schema_extra=_cli("job"),
+    )
+    optimizer: Optimizer = Field(
+        default="adamw",
+        title="Optimizer regime",
+        description="optimizer and the precision of its state (adamw: fp32 master weights and moments)",
+        json_schema_extra=_cli("recipe"),
+    )
+    lora_rank: int = Field(
+        default=16, gt=0, le=4096, title="LoRA rank", description="LoRA rank", json_schema_extra=_cli("recipe")
+    )
+    lora_targets: LoraTargets = Field(
+        default="all-linear",
+        title="Modules LoRA adapts",
+        description="the linear layers LoRA adapts",
+        json_schema_extra=_cli("recipe"),
+    )
+    lora_dropout: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1.0,
+        title="LoRA dropout",
+        description="LoRA dropout (above 0 keeps a dropped copy of each adapted input)",
+        json_schema_extra=_cli("recipe"),
+    )
     stack: StackName = Field(
         default="hf",
+        title="Training stack",
         description="training stack; its defaults (loss, adapter dtype, offload, ...) apply to the switches left unset",
+        json_schema_extra=_cli("recipe"),
     )
     adapter_dtype: Literal["fp32", "bf16"] | None = Field(
-        default=None, description="adapter weights' dtype (default: the stack's; PEFT fp32, torchtune/LitGPT bf16)"
+        default=None,
+        title="Adapter weights' dtype",
+        description="adapter weights' dtype (PEFT fp32, torchtune/LitGPT bf16)",
+        json_schema_extra=_cli("recipe"),
     )
-    train_embeddings: bool = Field(default=False, description="also train embed_tokens and lm_head (LoRA)")
-    flash_attention: bool = Field(default=True, description="FlashAttention/SDPA; off means eager attention")
+    train_embeddings: bool = Field(
+        default=False,
+        title="Also train embeddings and lm_head",
+        description="also train embed_tokens and lm_head (LoRA)",
+        json_schema_extra=_cli("recipe"),
+    )
+    flash_attention: bool = Field(
+        default=True,
+        title="FlashAttention/SDPA",
+        description="FlashAttention/SDPA; off means eager attention",
+        json_schema_extra=_cli("recipe", "--flash"),
+    )
     loss: Loss | None = Field(
         default=None,
-        description="how the loss holds logits: fp32-upcast, bf16, chunked (torchtune), fused (Liger, Unsloth); "
-        "default: the stack's",
+        title="How the loss holds logits",
+        description="how the loss holds logits: fp32-upcast, bf16, chunked (torchtune), fused (Liger, Unsloth)",
+        json_schema_extra=_cli("recipe"),
     )
     optimizer_in_backward: bool | None = Field(
-        default=None, description="optimizer step fused into backward, gradients freed at once (torchtune)"
+        default=None,
+        title="Optimizer step in backward",
+        description="optimizer step fused into backward, gradients freed at once (torchtune)",
+        json_schema_extra=_cli("recipe"),
     )
     activation_offload: bool | None = Field(
-        default=None, description="activations saved for backward offloaded to CPU memory (torchtune, Unsloth)"
+        default=None,
+        title="Saved activations to CPU",
+        description="activations saved for backward offloaded to CPU memory (torchtune, Unsloth)",
+        json_schema_extra=_cli("recipe"),
     )
-    compile: bool | None = Field(default=None, description="torch.compile (recorded; no effect modelled yet)")
+    compile: bool | None = Field(
+        default=None,
+        title="torch.compile",
+        description="torch.compile (recorded; no effect modelled yet)",
+        json_schema_extra=_cli("recipe"),
+    )
     variable_length: bool = Field(
-        default=False, description="batches padded to their longest sample (not packed): the allocator fragments"
+        default=False,
+        title="Batches of varying length",
+        description="batches padded to their longest sample (not packed): the allocator fragments",
+        json_schema_extra=_cli("recipe"),
     )
-    offload_optimizer: bool = Field(default=False, description="optimizer state in CPU memory (ZeRO-Offload)")
-    offload_params: bool = Field(default=False, description="FSDP CPU offload of parameters and gradients")
+    offload_optimizer: bool = Field(
+        default=False,
+        title="Optimizer state in CPU memory",
+        description="optimizer state in CPU memory (ZeRO-Offload)",
+        json_schema_extra=_cli("recipe"),
+    )
+    offload_params: bool = Field(
+        default=False,
+        title="Parameters and gradients in CPU memory",
+        description="FSDP CPU offload of parameters and gradients",
+        json_schema_extra=_cli("recipe"),
+    )
     quant_kernel: Literal["bitsandbytes", "gptq"] = Field(
-        default="bitsandbytes", description="kernel of an int8/NF4 base: bitsandbytes, or a GPTQ checkpoint"
+        default="bitsandbytes",
+        title="Kernel of an int8/NF4 base",
+        description="kernel of an int8/NF4 base: bitsandbytes, or a GPTQ checkpoint",
+        json_schema_extra=_cli("recipe"),
     )
-    double_quant: bool = Field(default=True, description="QLoRA double quantization of the NF4 constants")
+    double_quant: bool = Field(
+        default=True,
+        title="NF4 double quantization",
+        description="QLoRA double quantization of the NF4 constants",
+        json_schema_extra=_cli("recipe"),
+    )
     quantized_head: bool | None = Field(
-        default=None, description="quantize lm_head with the layers (default: LitGPT yes, others no)"
+        default=None,
+        title="Quantize lm_head too",
+        description="quantize lm_head with the layers (LitGPT does, others do not)",
+        json_schema_extra=_cli("recipe", "--quantize-head"),
     )
-    deadline_hours: float | None = Field(default=None, gt=0, le=87_600, description="at most 10 years")
-    budget_usd: float | None = Field(default=None, gt=0, le=1e9)
-    deadline_confidence: float = Field(default=0.9, ge=0.5, lt=1.0)
+    deadline_hours: float | None = Field(
+        default=None,
+        gt=0,
+        le=87_600,
+        title="Deadline",
+        description="finish within this many hours (at most 10 years)",
+        json_schema_extra=_cli("constraints", "--deadline", unit="hours"),
+    )
+    budget_usd: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e9,
+        title="Budget in USD",
+        description="most the job may cost in US dollars, all items together",
+        json_schema_extra=_cli("constraints", "--budget", unit="usd"),
+    )
+    deadline_confidence: float = Field(
+        default=0.9,
+        ge=0.5,
+        lt=1.0,
+        title="Chance the deadline holds",
+        description="probability with which the deadline must hold",
+        json_schema_extra=_cli("constraints", "--confidence"),
+    )
     objective: Literal["cost", "time", "weighted"] = Field(
         default="cost",
+        title="What to minimise: cost, time, weighted",
         description="minimum expected cost, minimum time within the budget, or cost + value of time",
+        json_schema_extra=_cli("constraints"),
     )
     time_value_usd_per_hour: float = Field(
-        default=0.0, ge=0, le=1e6, description="for objective 'weighted': what an hour of earlier finish is worth"
+        default=0.0,
+        ge=0,
+        le=1e6,
+        title="USD per hour of earlier finish",
+        description="for objective 'weighted': what an hour of earlier finish is worth",
+        json_schema_extra=_cli("constraints", "--time-value"),
     )
-    markets: tuple[Market, ...] = MARKETS
-    providers: tuple[str, ...] | None = None
-    regions: tuple[str, ...] | None = None
-    countries: tuple[str, ...] | None = None
-    eu_only: bool = Field(default=False, description="only offers in EU/EEA countries (GDPR residency)")
-    gpus: tuple[str, ...] | None = Field(default=None, description="allowed canonical GPU ids")
-    max_gpus: int = Field(default=64, gt=0, le=4096)
-    max_nodes: int = Field(default=4, gt=0, le=512)
+    markets: tuple[Market, ...] = Field(
+        default=MARKETS,
+        title="Allowed markets",
+        description="capacity markets the planner may use",
+        json_schema_extra=_cli("constraints"),
+    )
+    providers: tuple[str, ...] | None = Field(
+        default=None,
+        title="Allowed providers",
+        description="only offers from these providers (default: any)",
+        json_schema_extra=_cli("constraints", "--provider"),
+    )
+    regions: tuple[str, ...] | None = Field(
+        default=None,
+        title="Allowed regions",
+        description="only offers in these regions (default: any)",
+        json_schema_extra=_cli("constraints", "--region"),
+    )
+    countries: tuple[str, ...] | None = Field(
+        default=None,
+        title="Allowed ISO country codes",
+        description="only offers in these countries, ISO codes like DE or US (default: any)",
+        json_schema_extra=_cli("constraints", "--country"),
+    )
+    eu_only: bool = Field(
+        default=False,
+        title="Only EU/EEA offers",
+        description="only offers in EU/EEA countries (GDPR residency)",
+        json_schema_extra=_cli("constraints"),
+    )
+    gpus: tuple[str, ...] | None = Field(
+        default=None,
+        title="Allowed GPU ids",
+        description="allowed canonical GPU ids like h100-sxm or l40s (default: any)",
+        json_schema_extra=_cli("constraints", "--gpu"),
+    )
+    max_gpus: int = Field(
+        default=64,
+        gt=0,
+        le=4096,
+        title="Most GPUs",
+        description="most GPUs a run may use",
+        json_schema_extra=_cli("constraints"),
+    )
+    max_nodes: int = Field(
+        default=4,
+        gt=0,
+        le=512,
+        title="Most nodes",
+        description="most nodes a run may span",
+        json_schema_extra=_cli("constraints"),
+    )
     gpu_quota: dict[str, Annotated[int, Field(ge=0, le=1_000_000)]] | None = Field(
-        default=None, description="most GPUs you may hold at once, by provider (e.g. {'aws': 8})"
+        default=None,
+        title="GPU quotas by provider",
+        description="most GPUs you may hold at once, by provider (e.g. {'aws': 8})",
+        json_schema_extra=_cli("constraints", "--quota"),
     )
     real_token_fraction: float = Field(
-        default=1.0, ge=0.01, le=1.0, description="share of real (non-padding) tokens; 1.0 when packed"
+        default=1.0,
+        ge=0.01,
+        le=1.0,
+        title="Share of real tokens",
+        description="share of real (non-padding) tokens; 1.0 when packed",
+        json_schema_extra=_cli("job"),
     )
     eval_fraction: float = Field(
         default=0.0,
         ge=0,
         le=10.0,
+        title="Evaluation tokens per training token",
         description="evaluation tokens as a share of training tokens (forward only)",
+        json_schema_extra=_cli("job"),
     )
     download_mb_per_s: float = Field(
-        default=200.0, ge=0.01, le=1e6, description="base-model download bandwidth (10 kB/s to 1 TB/s)"
+        default=200.0,
+        ge=0.01,
+        le=1e6,
+        title="Model download MB/s",
+        description="base-model download bandwidth (10 kB/s to 1 TB/s)",
+        json_schema_extra=_cli("job"),
     )
-    dataset_gb: float = Field(default=1.0, ge=0, le=1e6)
-    retention_days: float = Field(default=7.0, ge=0, le=3650, description="days volumes are kept after the run")
-    trial_runs: int = Field(default=0, ge=0, le=1000, description="short trial runs before the final run")
-    trial_fraction: float = Field(default=0.05, gt=0, le=1.0, description="share of the data each trial uses")
+    dataset_gb: float = Field(
+        default=1.0,
+        ge=0,
+        le=1e6,
+        title="Dataset size in GB",
+        description="dataset size in GB, kept on the run's volume",
+        json_schema_extra=_cli("job"),
+    )
+    retention_days: float = Field(
+        default=7.0,
+        ge=0,
+        le=3650,
+        title="Days volumes are kept",
+        description="days volumes are kept after the run",
+        json_schema_extra=_cli("job"),
+    )
+    trial_runs: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        title="Trial runs before the final run",
+        description="short trial runs before the final run",
+        json_schema_extra=_cli("job", "--trials"),
+    )
+    trial_fraction: float = Field(
+        default=0.05,
+        gt=0,
+        le=1.0,
+        title="Data share per trial",
+        description="share of the data each trial uses",
+        json_schema_extra=_cli("job"),
+    )
     failure_probability: float = Field(
-        default=0.0, ge=0, lt=1.0, description="probability a run fails (bug, divergence) and is restarted"
+        default=0.0,
+        ge=0,
+        lt=1.0,
+        title="Chance a run fails and restarts",
+        description="probability a run fails (bug, divergence) and is restarted",
+        json_schema_extra=_cli("job", "--failure-prob"),
     )
 
     @field_validator("methods", "markets")
