@@ -23,7 +23,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from ftsolve._files import write_atomically  # noqa: E402
 from ftsolve.catalog import GpuSpec, Offer, load_gpus  # noqa: E402
 from ftsolve.catalog._import import offers_to_csv, read_skypilot  # noqa: E402
-from ftsolve.catalog._load import _offer_from_row  # noqa: E402
+from ftsolve.catalog._load import _offer_from_row, hardware_gaps  # noqa: E402
+from ftsolve.catalog._models import PriceKind  # noqa: E402
 from ftsolve.catalog._names import resolve_gpu  # noqa: E402
 
 OUT = ROOT / "src/ftsolve/catalog/data/offers.csv"
@@ -84,7 +85,9 @@ def country_of(cloud: str, region: str) -> str:
     if cloud == "nebius":
         return {"eu-north1": "FI", "eu-west1": "FR", "us-central1": "US"}.get(r, "")
     if cloud == "seeweb":
-        return "IT" if r.startswith("it-") or not r else ""
+        # Region names carry the country (it-fr2, it-mi2, ch-lug1, bg-sof1 in catalogs/v8/seeweb/vms.csv);
+        # a row without a region has no known country.
+        return {"it": "IT", "ch": "CH", "bg": "BG"}.get(r.split("-")[0], "") if r else ""
     if cloud in ("runpod", "primeintellect"):
         return r if len(r) == 2 else ""
     if cloud == "fluidstack":
@@ -136,7 +139,30 @@ def skypilot_offers(path: Path, gpus: dict[str, GpuSpec], skipped: collections.C
         skip=lambda cloud: SKIP_CLOUDS.get(cloud, ""),
     )
     skipped.update(report.skipped)
-    return report.offers
+    # Price kinds come from the importer (skypilot_price_kinds: list prices, market prices observed,
+    # market prices of unknown date estimated). Vast keeps no interruptible price: SpotPrice is 0.00
+    # ("no bid price") in every version of catalogs/v8/vast/vms.csv read (commits 01b8cdd, 680a69b) and
+    # in catalogs/v9/vast/vms.csv (a5be538), so the source has none to give.
+    return [with_overrides(o, SKYPILOT_OVERRIDES.get(o.provider, {})) for o in report.offers]
+
+
+SKYPILOT_OVERRIDES: dict[str, dict[str, object]] = {
+    # Seeweb's catalog prices are probably EUR printed as USD (SOURCES.md): the USD figure is a guess.
+    "seeweb": {"price_kind": "estimate"},
+    "fluidstack": {
+        "launchable": False,
+        "not_launchable_reason": "region from SkyPilot's v9 catalog; the v8 catalog that SkyPilot releases read "
+        "has no Fluidstack file (SOURCES.md)",
+    },
+}
+
+
+def with_overrides(offer: Offer, update: dict[str, object]) -> Offer:
+    """The offer with some fields replaced, validated again (a seeweb row without a region is already
+    marked not launchable by the importer and keeps that)."""
+    if not update or (not offer.launchable and "launchable" in update):
+        return offer
+    return Offer.model_validate(offer.model_dump() | update)
 
 
 BILLING = {
@@ -148,7 +174,75 @@ BILLING = {
 }
 
 
-def extra_rows(path: Path, mem: dict[str, float], skipped: collections.Counter[str]) -> list[dict[str, str]]:
+# Price kinds of extra_gpu_prices.csv, per provider: (on-demand, interruptible), with reasons.
+EXTRA_KINDS: dict[str, tuple[PriceKind, PriceKind]] = {
+    # Cloud Billing catalog list price; Spot VM price at the file's generation time (GCP reprices Spot).
+    "gcp": ("list", "observed"),
+    # Catalog list price; lowest AZ spot price of an undated catalog file (SOURCES.md "AWS notes").
+    "aws": ("list", "estimate"),
+    # Retail Prices API pay-as-you-go meter; the Spot meter moves with capacity.
+    "azure": ("list", "observed"),
+    # Published per-node list and North-America spot prices (coreweave.com/pricing, 2026-09-20).
+    "coreweave": ("list", "list"),
+    # GPU-hour list price; preemptible "from $0.99 / $0.79 / ..." is a floor (SOURCES.md; Nebius reprices
+    # spot as often as every 15 minutes). The RTX PRO 6000 and L40S list prices are "from" the smallest host
+    # preset, which is itself a price-list entry (the SkyPilot Nebius catalog has L40S at 1.5484 for it), so
+    # they stay list.
+    "nebius": ("list", "floor"),
+    "hetzner": ("list", "list"),
+    "ovhcloud": ("list", "list"),
+    "scaleway": ("list", "list"),
+    # Minimum "From" price per GPU-hour across the marketplace's hosts (rwydaegh/goliat, January 2026).
+    "tensordock": ("floor", "floor"),
+}
+
+
+def extra_kinds(row: dict[str, str]) -> tuple[PriceKind, PriceKind]:
+    if row["provider"] == "runpod":
+        # Secure: RunPod's own data centres at list prices; community: third-party hosts' market price.
+        # Spot (2025-06-21 rows only): the GraphQL secureSpotPrice/communitySpotPrice read that day.
+        return ("list" if row["offering"] == "secure" else "observed"), "observed"
+    return EXTRA_KINDS[row["provider"]]
+
+
+# Where the source gives no data-centre location, one from the providers' own listings.
+# Hetzner: the GPU matrix (hetzner.com/dedicated-rootserver/matrix-gpu) as read on 2026-10-08 in a research
+# memo (index file id 70462421288, repository not reported): GEX63 in Helsinki, GEX131 in Nuremberg and
+# Falkenstein. Location codes and countries: docs.hetzner.com/de/general/others/data-centers-and-connection
+# (last change 2024-10-24): NBG1 Nuremberg DE, FSN1 Falkenstein DE, HEL1 Helsinki FI.
+# OVHcloud: ovhcloud.com/en/public-cloud/prices shows the GPU instances' location as France (Gravelines,
+# region code GRA), as read ~2026-10-06 in a price log (index file id 71183914390, repository not reported);
+# the region's number (GRA9, GRA11) is not stated. All OVHcloud Public Cloud prices are the same per region.
+_HETZNER_LOC = "location from hetzner.com GPU matrix read 2026-10-08 (index file 70462421288); HEL1/FSN1/NBG1 "
+_HETZNER_DOC = "countries from docs.hetzner.com data-centers-and-connection (2024-10-24)"
+EXTRA_LOCATIONS: dict[tuple[str, str], list[tuple[str, str, str]]] = {
+    ("hetzner", "GEX63"): [("hel1", "FI", _HETZNER_LOC + _HETZNER_DOC)],
+    ("hetzner", "GEX131"): [
+        ("fsn1", "DE", _HETZNER_LOC + _HETZNER_DOC),
+        ("nbg1", "DE", _HETZNER_LOC + _HETZNER_DOC),
+    ],
+}
+_OVH_LOC = (
+    "GRA = Gravelines, France: location shown on ovhcloud.com/en/public-cloud/prices (~2026-10-06, index file "
+    "71183914390); region number not stated"
+)
+
+# Why an extra offer cannot be launched as written (none: a launcher takes its region and type).
+EXTRA_NOT_LAUNCHABLE = {
+    "runpod": "RunPod tier price with no data centre or SkyPilot instance type (SkyPilot names RunPod types like "
+    "1x_A100-80GB_SECURE): import catalogs/v8/runpod/vms.csv for launchable offers",
+    "coreweave": "price-list line for North America: no CoreWeave region or node type (CoreWeave is launched "
+    "through its Kubernetes clusters)",
+    "nebius": "price list for all regions: no Nebius region or preset; the SkyPilot Nebius offers carry both",
+    "hetzner": "monthly dedicated server with a setup fee, ordered in Hetzner Robot; no launcher starts it",
+    "ovhcloud": "the source names no OVHcloud region code (GRA9, GRA11, ...) to launch in",
+    "tensordock": "marketplace 'from' price across hosts: no host or location to launch on",
+}
+
+
+def extra_rows(
+    path: Path, gpus: dict[str, GpuSpec], mem: dict[str, float], skipped: collections.Counter[str]
+) -> list[dict[str, str]]:
     out = []
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
@@ -158,6 +252,10 @@ def extra_rows(path: Path, mem: dict[str, float], skipped: collections.Counter[s
             gpu = resolve_gpu(row["gpu"], memory, row["instance_type"], count, mem)
             if gpu is None:
                 skipped[f"not a modelled GPU: {row['gpu']}"] += 1
+                continue
+            missing = hardware_gaps(gpus[gpu])
+            if missing:
+                skipped[f"{gpu}: no {' or '.join(missing)} in gpus.csv"] += 1
                 continue
             od = float(row["on_demand_usd_per_instance_hour"]) if row["on_demand_usd_per_instance_hour"] else None
             spot = float(row["spot_usd_per_instance_hour"]) if row["spot_usd_per_instance_hour"] else None
@@ -170,28 +268,48 @@ def extra_rows(path: Path, mem: dict[str, float], skipped: collections.Counter[s
             if not date:
                 # AWS g-family rows: same undated catalog file as the p-family (SOURCES.md).
                 date, estimated = SKYPILOT_DATES["aws"], "true"
-            out.append(
-                {
-                    "provider": row["provider"],
-                    "tier": row["offering"],
-                    "instance_type": row["instance_type"],
-                    "gpu": gpu,
-                    "source_gpu_name": row["gpu"],
-                    "gpus_per_node": str(count),
-                    "on_demand_usd_per_gpu_hour": fmt(od / count if od else None),
-                    "interruptible_usd_per_gpu_hour": fmt(spot / count if spot else None),
-                    "billing": BILLING[row["billing"]] if row["billing"] else "per-hour",
-                    "region": row["region"] or "default",
-                    "country": row["country"],
-                    "storage_usd_per_gb_month": row["storage_usd_per_gb_month"],
-                    "interruption_rate_per_hour": "",
-                    "price_date": date,
-                    "price_date_estimated": estimated,
-                    "source": row["source"],
-                    "notes": row["notes"][:300],
-                }
-            )
+            od_kind, spot_kind = extra_kinds(row)
+            reason = EXTRA_NOT_LAUNCHABLE.get(row["provider"], "")
+            base = {
+                "provider": row["provider"],
+                "tier": row["offering"],
+                "instance_type": row["instance_type"],
+                "gpu": gpu,
+                "source_gpu_name": row["gpu"],
+                "gpus_per_node": str(count),
+                "on_demand_usd_per_gpu_hour": fmt(od / count if od else None),
+                "interruptible_usd_per_gpu_hour": fmt(spot / count if spot else None),
+                "price_kind": od_kind,
+                "interruptible_price_kind": spot_kind,
+                "billing": BILLING[row["billing"]] if row["billing"] else "per-hour",
+                "region": row["region"] or "default",
+                "country": row["country"],
+                "launchable": "false" if reason else "true",
+                "not_launchable_reason": reason,
+                "storage_usd_per_gb_month": row["storage_usd_per_gb_month"],
+                "interruption_rate_per_hour": "",
+                "price_date": date,
+                "price_date_estimated": estimated,
+                "source": row["source"],
+                "notes": row["notes"][:300],
+            }
+            for region, country, where in extra_locations(row):
+                located = {"region": region, "country": country} if region else {}
+                note = f"{base['notes']}; {where}" if where else base["notes"]
+                out.append(base | located | {"notes": note})
     return out
+
+
+def extra_locations(row: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(region, country, provenance) of each location an extra row is offered in; ("", "", "") keeps the
+    row's own region and country."""
+    if (row["provider"], row["instance_type"]) in EXTRA_LOCATIONS:
+        return EXTRA_LOCATIONS[(row["provider"], row["instance_type"])]
+    if row["provider"] == "ovhcloud":
+        return [("GRA", "FR", _OVH_LOC)]
+    if row["provider"] == "hetzner":
+        raise SystemExit(f"hetzner {row['instance_type']}: add its location to EXTRA_LOCATIONS")
+    return [("", "", "")]
 
 
 def main() -> None:
@@ -202,7 +320,7 @@ def main() -> None:
     offers = skypilot_offers(data / "skypilot_gpu_offers.csv", gpus, skipped)
     offers += [
         _offer_from_row(row, f"extra_gpu_prices.csv, row {i}", gpus)
-        for i, row in enumerate(extra_rows(data / "extra_gpu_prices.csv", mem, skipped), start=2)
+        for i, row in enumerate(extra_rows(data / "extra_gpu_prices.csv", gpus, mem, skipped), start=2)
     ]
     keys = collections.Counter(o.key for o in offers)
     dupes = [k for k, v in keys.items() if v > 1]

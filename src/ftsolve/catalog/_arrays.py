@@ -8,13 +8,15 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from ftsolve.catalog._models import Offer
+from ftsolve.catalog._models import PRICE_KINDS, Offer, PriceKind
 from ftsolve.catalog._providers import FALLBACK_STORAGE_USD_PER_GB_MONTH, provider_defaults
 
 F = NDArray[np.float64]
 I = NDArray[np.int64]
 
 BILLING_CODES = {"per-second": 0, "per-minute": 1, "per-hour": 2, "monthly": 3}
+PRICE_KIND_CODES: dict[PriceKind, int] = {kind: code for code, kind in enumerate(PRICE_KINDS)}
+FLOOR = PRICE_KIND_CODES["floor"]
 DEFAULT_INTER_NODE_GBIT = 100.0  # physics.md §9.2 (100 GbE) when a provider publishes nothing
 
 
@@ -29,6 +31,9 @@ class OfferArrays:
     gpus_per_node: I
     on_demand: F  # USD per GPU-hour, nan when not offered
     interruptible: F
+    on_demand_kind: I  # PRICE_KIND_CODES of each price (a missing price keeps its offer's code)
+    interruptible_kind: I
+    launchable: NDArray[np.bool_]
     interruption_rate: F  # per hour, per node
     provisioning_h: F
     storage_usd_per_gb_month: F
@@ -82,6 +87,9 @@ class OfferArrays:
             gpus_per_node=np.array([o.gpus_per_node for o in offers], dtype=np.int64),
             on_demand=np.array([o.on_demand_usd_per_gpu_hour or np.nan for o in offers], dtype=np.float64),
             interruptible=np.array([o.interruptible_usd_per_gpu_hour or np.nan for o in offers], dtype=np.float64),
+            on_demand_kind=np.array([PRICE_KIND_CODES[o.price_kind] for o in offers], dtype=np.int64),
+            interruptible_kind=np.array([PRICE_KIND_CODES[o.interruptible_price_kind] for o in offers], dtype=np.int64),
+            launchable=np.array([o.launchable for o in offers], dtype=np.bool_),
             interruption_rate=rate,
             provisioning_h=prov,
             storage_usd_per_gb_month=storage,
@@ -91,3 +99,14 @@ class OfferArrays:
             profile=profile.reshape(-1).astype(np.int64),
             timing=timing.reshape(-1).astype(np.int64),
         )
+
+
+def planning_prices(arrays: OfferArrays, *, allow_floor: bool = False) -> tuple[F, F]:
+    """(on-demand, interruptible) USD per GPU-hour to plan with: new arrays, with floor prices
+    ("from" prices, which say what one pays at least, not what a launch costs) set to nan unless
+    allow_floor; nan means not offered, so an offer whose only prices are floors drops out."""
+    if allow_floor:
+        return arrays.on_demand.copy(), arrays.interruptible.copy()
+    on_demand = np.where(arrays.on_demand_kind == FLOOR, np.nan, arrays.on_demand)
+    interruptible = np.where(arrays.interruptible_kind == FLOOR, np.nan, arrays.interruptible)
+    return on_demand, interruptible

@@ -27,9 +27,18 @@ from ftsolve._files import (
     read_text_file,
     write_atomically,
 )
-from ftsolve.catalog._load import FORMULA_STARTS, OFFER_COLUMNS, _offer_from_row, _table, offer_problem, parse_offers
-from ftsolve.catalog._models import GpuSpec, Offer, echo
+from ftsolve.catalog._load import (
+    FORMULA_STARTS,
+    OFFER_COLUMNS,
+    _offer_from_row,
+    _table,
+    hardware_gaps,
+    offer_problem,
+    parse_offers,
+)
+from ftsolve.catalog._models import GpuSpec, Offer, PriceKind, echo
 from ftsolve.catalog._names import resolve_gpu
+from ftsolve.catalog._providers import MARKET_PRICED
 
 SKYPILOT_V8_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "Region", "SpotPrice")
 EXTRACT_COLUMNS = (
@@ -49,9 +58,13 @@ WRITE_COLUMNS = (
     "gpus_per_node",
     "on_demand_usd_per_gpu_hour",
     "interruptible_usd_per_gpu_hour",
+    "price_kind",
+    "interruptible_price_kind",
     "billing",
     "region",
     "country",
+    "launchable",
+    "not_launchable_reason",
     "storage_usd_per_gb_month",
     "interruption_rate_per_hour",
     "price_date",
@@ -258,6 +271,9 @@ def _group_offer(members: list[_Row], gpus: Mapping[str, GpuSpec], ctx: _Context
             break
     if gpu is None:
         return f"not a modelled GPU: {_plain(first.accelerator)}"
+    missing = hardware_gaps(gpus[gpu])
+    if missing:
+        return f"{gpu}: no {' or '.join(missing)} in gpus.csv"
     ods = [r.od for r in members if r.od]
     od = min(ods) if ods else None
     spots = [r.spot for r in members if r.spot and (od is None or r.spot < od)]
@@ -265,6 +281,7 @@ def _group_offer(members: list[_Row], gpus: Mapping[str, GpuSpec], ctx: _Context
     if od is None and spot is None:
         return "no usable price"
     date, estimated = ctx.price_date(first.provider)
+    od_kind, spot_kind = skypilot_price_kinds(first.provider, estimated)
     zones = f"{len(members)} zones; lowest price kept" if len(members) > 1 else ""
     try:
         return Offer(
@@ -282,10 +299,29 @@ def _group_offer(members: list[_Row], gpus: Mapping[str, GpuSpec], ctx: _Context
             price_date_estimated=estimated,
             source=ctx.source(first.provider),
             notes="; ".join(x for x in (ctx.notes(first.provider), zones) if x),
+            price_kind=od_kind,
+            interruptible_price_kind=spot_kind,
+            launchable=bool(first.region),
+            not_launchable_reason="" if first.region else "the SkyPilot catalog row names no region",
         )
     except ValidationError as exc:
         field, reason, _ = offer_problem(exc)
         return f"{field}: {reason}" if field else reason
+
+
+def skypilot_price_kinds(provider: str, date_estimated: bool) -> tuple[PriceKind, PriceKind]:
+    """(on-demand kind, interruptible kind) of a SkyPilot catalog row.
+
+    A SkyPilot fetcher reads the provider's price list or API, so on-demand prices are list prices,
+    except on marketplaces and brokers (MARKET_PRICED) whose listings are market prices. Spot prices
+    are market prices read when the catalog was fetched. A market price whose date is not known
+    (SkyPilot files carry none) only estimates what one pays today.
+    """
+
+    def dated(kind: PriceKind) -> PriceKind:
+        return "estimate" if kind == "observed" and date_estimated else kind
+
+    return dated("observed" if provider in MARKET_PRICED else "list"), dated("observed")
 
 
 def read_skypilot(
@@ -390,6 +426,7 @@ def offers_to_csv(offers: Iterable[Offer]) -> str:
         row = o.model_dump()
         row["price_date"] = o.price_date.isoformat()
         row["price_date_estimated"] = "true" if o.price_date_estimated else "false"
+        row["launchable"] = "true" if o.launchable else "false"
         (quoted if o.provider.startswith("#") else w).writerow(
             {c: "" if row.get(c) is None else formula_safe(row[c]) for c in WRITE_COLUMNS}
         )

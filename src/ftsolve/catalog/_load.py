@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ftsolve._errors import CatalogError, UnknownCatalogEntry
 from ftsolve.catalog._arrays import OfferArrays
-from ftsolve.catalog._models import GpuSpec, ModelArch, Offer, echo
+from ftsolve.catalog._models import MAX_PLAUSIBLE_DISCOUNT, GpuSpec, ModelArch, Offer, echo
 from ftsolve.catalog._presets import PRESETS
 
 OFFER_COLUMNS = (
@@ -37,6 +37,10 @@ _OPTIONAL_OFFER_COLUMNS = (
     "interruption_rate_per_hour",
     "price_date_estimated",
     "notes",
+    "price_kind",
+    "interruptible_price_kind",
+    "launchable",
+    "not_launchable_reason",
 )
 
 
@@ -203,9 +207,18 @@ def _offer_from_row(row: Mapping[str, str | None], where: str, gpus: Mapping[str
     if gpu not in gpus:
         err = UnknownCatalogEntry("GPU", gpu[:40], list(gpus))
         raise CatalogError(f"{where}: field gpu: {err}")
+    missing = hardware_gaps(gpus[gpu])
+    if missing:
+        raise CatalogError(
+            f"{where}: field gpu: {gpu} has no {' or '.join(missing)} in the bundled gpus.csv, so no plan can "
+            "use this offer; remove the row"
+        )
     estimated = get("price_date_estimated").lower()
     if estimated not in _TRUE + _FALSE:
         raise CatalogError(f"{where}: field price_date_estimated: expected true or false, got {echo(estimated)}")
+    launchable = get("launchable").lower() or "true"  # an older file without the column: launchable
+    if launchable not in _TRUE + _FALSE:
+        raise CatalogError(f"{where}: field launchable: expected true or false, got {echo(launchable)}")
     data: dict[str, object] = {
         "provider": get("provider"),
         "tier": get("tier") or "default",
@@ -219,6 +232,10 @@ def _offer_from_row(row: Mapping[str, str | None], where: str, gpus: Mapping[str
         "price_date_estimated": estimated in _TRUE,
         "source": get("source"),
         "notes": get("notes"),
+        "price_kind": get("price_kind") or "list",
+        "interruptible_price_kind": get("interruptible_price_kind") or None,
+        "launchable": launchable in _TRUE,
+        "not_launchable_reason": get("not_launchable_reason"),
     }
     # Numbers go to Offer as text: its validators parse them and refuse inf, nan and fractions.
     data |= {col: get(col) or None for col in _NUMBER_COLUMNS}
@@ -228,6 +245,13 @@ def _offer_from_row(row: Mapping[str, str | None], where: str, gpus: Mapping[str
         field, reason, value = offer_problem(exc)
         message = f"field {field}: {_with_value(reason, value)}" if field else reason
         raise CatalogError(f"{where}: {message}") from None
+
+
+def hardware_gaps(gpu: GpuSpec) -> list[str]:
+    """The hardware fields a plan needs that gpus.csv leaves empty for this GPU (memory is required
+    by GpuSpec itself): an offer of such a GPU could be listed but never planned."""
+    needed = {"memory_bandwidth_gb_per_s": gpu.memory_bandwidth_gb_per_s, "tensor_tflops": gpu.tensor_tflops}
+    return [name for name, value in needed.items() if value is None]
 
 
 def _with_value(reason: str, value: str) -> str:
@@ -273,6 +297,8 @@ def offer_problem(exc: ValidationError) -> tuple[str, str, str]:
         reason = f"must be at least {ctx.get('ge'):g}"
     elif kind == "less_than_equal":
         reason = f"must be at most {ctx.get('le'):g}; check for a typo"
+    elif kind == "literal_error":
+        reason = f"must be one of {ctx.get('expected')}"
     elif kind == "string_too_long":
         reason = f"must be at most {ctx.get('max_length')} characters"
     else:
@@ -315,3 +341,8 @@ def stale_offers(offers: Iterable[Offer], max_age_days: int, today: dt.date | No
     """Offers whose price is older than `max_age_days`."""
     today = today or dt.date.today()
     return [o for o in offers if (today - o.price_date).days > max_age_days]
+
+
+def deep_discounts(offers: Iterable[Offer], limit: float = MAX_PLAUSIBLE_DISCOUNT) -> list[Offer]:
+    """Offers whose interruptible price is more than `limit` (a fraction) under their on-demand price."""
+    return [o for o in offers if (o.interruptible_discount or 0.0) > limit]

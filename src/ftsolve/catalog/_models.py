@@ -53,6 +53,20 @@ class GpuSpec(_Frozen):
 
 Billing = Literal["per-second", "per-minute", "per-hour", "monthly"]
 
+PriceKind = Literal["list", "observed", "floor", "estimate"]
+#: What a price is, in the order of the codes OfferArrays stores (catalog/_arrays.py):
+#: list      a published rate (price page, pricing API, provider catalog), whatever its date;
+#: observed  a market price (spot market, marketplace or broker listing) seen on price_date;
+#: floor     a "from" price: the least anyone pays, not what a given launch costs;
+#: estimate  derived or uncertain: converted from a guessed currency, computed from other
+#:           figures, or a market price whose date is unknown (marketplace prices move daily).
+PRICE_KINDS: tuple[PriceKind, ...] = ("list", "observed", "floor", "estimate")
+# An interruptible price this far under on-demand is more often a floor or a stale snapshot than a
+# price one pays, so `catalog validate` flags it for review (issue 15). It is a flag, not a refusal:
+# real spot discounts come close (AWS median spot/on-demand 0.26 for p5en and 0.19 for p6-b200 in the
+# 2026 catalog snapshot, prices-and-spot.md 2(a)).
+MAX_PLAUSIBLE_DISCOUNT = 0.8
+
 # Bounds that catch typos (a price in cents, a missing decimal point), not market limits: the
 # dearest bundled offer is ~35 USD/GPU-hour and block storage ~0.1-0.3 USD/GB-month.
 MAX_USD_PER_GPU_HOUR = 1000.0
@@ -84,6 +98,7 @@ class Offer(_Frozen):
     Every rule on an offer's values lives here, for every way an offer is made (CSV, YAML,
     SkyPilot import, library): numbers are finite and within typo bounds, the GPU count is a whole
     number, the price date is not in the future, the country is an upper-case ISO 3166 alpha-2 code.
+    Each price carries its kind (PRICE_KINDS); an offer a launcher cannot start as written says why.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -111,8 +126,32 @@ class Offer(_Frozen):
     )
     source: str = Field(min_length=1, max_length=MAX_SOURCE_CHARS)
     notes: str = Field(default="", max_length=MAX_NOTES_CHARS)
+    price_kind: PriceKind = Field(
+        default="list",
+        description="kind of the on-demand price, and of the interruptible one unless interruptible_price_kind "
+        "is given: list, observed, floor or estimate (PRICE_KINDS)",
+    )
+    interruptible_price_kind: PriceKind = Field(
+        default="list", description="kind of the interruptible price (default: price_kind)"
+    )
+    launchable: bool = Field(
+        default=True,
+        description="a launcher accepts this region and instance type as written (SkyPilot's spelling for the "
+        "clouds SkyPilot supports, the provider's own otherwise)",
+    )
+    not_launchable_reason: str = Field(default="", max_length=MAX_NAME_CHARS)
 
-    @field_validator("provider", "tier", "instance_type", "gpu", "source_gpu_name", "region", "source")
+    @model_validator(mode="before")
+    @classmethod
+    def _interruptible_kind_default(cls, data: object) -> object:
+        # One kind for both prices unless the interruptible one differs (Nebius: list on-demand, floor spot).
+        if isinstance(data, dict) and data.get("interruptible_price_kind") in (None, ""):
+            data = {**data, "interruptible_price_kind": data.get("price_kind") or "list"}
+        return data
+
+    @field_validator(
+        "provider", "tier", "instance_type", "gpu", "source_gpu_name", "region", "source", "not_launchable_reason"
+    )
     @classmethod
     def _one_line(cls, value: str) -> str:
         if not _is_one_line(value):
@@ -148,7 +187,17 @@ class Offer(_Frozen):
         od, spot = self.on_demand_usd_per_gpu_hour, self.interruptible_usd_per_gpu_hour
         if od is not None and spot is not None and spot > od:
             raise ValueError(f"interruptible price {spot} is above on-demand {od}")
+        if not self.launchable and not self.not_launchable_reason.strip():
+            raise ValueError("an offer that is not launchable needs a not_launchable_reason")
+        if self.launchable and self.not_launchable_reason:
+            raise ValueError("not_launchable_reason is set on a launchable offer; set launchable to false")
         return self
+
+    @property
+    def interruptible_discount(self) -> float | None:
+        """1 - interruptible / on-demand, when the offer has both prices."""
+        od, spot = self.on_demand_usd_per_gpu_hour, self.interruptible_usd_per_gpu_hour
+        return None if od is None or spot is None else 1.0 - spot / od
 
     @property
     def key(self) -> str:

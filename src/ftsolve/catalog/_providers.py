@@ -159,6 +159,11 @@ _GENERIC = _d("gpu-cloud", 4, _VM_PROVISION, None, "not in the snapshot", 0.1, _
 _GENERIC_MARKET = _d("marketplace", 1, _POD_PROVISION, None, "not in the snapshot", 0.1, _MARKET_SPOT)
 # Brokers and marketplaces that rent other companies' machines.
 _MARKETPLACES = {"shadeform", "primeintellect", "tensordock", "vast", "runpod"}
+# Providers whose SkyPilot catalog prices are market listings, not a price list: Vast's fetcher keeps
+# the median of the live offers (skypilot sky/catalog/data_fetchers/fetch_vast.py); Shadeform and
+# Prime Intellect resell other clouds' capacity at prices that change daily (SOURCES.md). RunPod's
+# SkyPilot rows are its SECURE tier, priced by list.
+MARKET_PRICED = frozenset({"vast", "shadeform", "primeintellect"})
 
 # When no storage price is known: the median of the documented block/file-storage prices above.
 FALLBACK_STORAGE_USD_PER_GB_MONTH = 0.08

@@ -19,8 +19,8 @@ from ftsolve.catalog._import import (
     read_skypilot,
     user_offers_from_text,
 )
-from ftsolve.catalog._load import Catalog, load_gpus, stale_offers
-from ftsolve.catalog._models import Offer, echo
+from ftsolve.catalog._load import Catalog, deep_discounts, load_gpus, stale_offers
+from ftsolve.catalog._models import MAX_PLAUSIBLE_DISCOUNT, Offer, PriceKind, echo
 from ftsolve.cli._common import console, errors, one_line, plain
 
 
@@ -120,13 +120,19 @@ def catalog_list(
             o.country or "",
             o.gpu,
             str(o.gpus_per_node),
-            f"{o.on_demand_usd_per_gpu_hour:.3f}" if o.on_demand_usd_per_gpu_hour else "-",
-            f"{o.interruptible_usd_per_gpu_hour:.3f}" if o.interruptible_usd_per_gpu_hour else "-",
+            _price(o.on_demand_usd_per_gpu_hour, o.price_kind),
+            _price(o.interruptible_usd_per_gpu_hour, o.interruptible_price_kind),
             o.price_date.isoformat() + ("*" if o.price_date_estimated else ""),
         )
     console().print(t)
     if len(offers) > limit:
         click.echo(f"... {len(offers) - limit} more (--limit, or --json for all). * = estimated date")
+
+
+def _price(usd: float | None, kind: PriceKind) -> str:
+    if usd is None:
+        return "-"
+    return f"{usd:.3f}" if kind == "list" else f"{usd:.3f} {kind}"
 
 
 @catalog_group.command("show")
@@ -225,9 +231,27 @@ def _price_date(path: Path, price_date: str | None) -> tuple[dt.date, bool]:
 def catalog_validate(path: Path, provider: str | None) -> None:
     """Check an offers file (ftsolve CSV/YAML or SkyPilot) without importing it."""
     report = _read_any(path, provider or "unnamed", "2000-01-01")
-    for w in report.warnings:
+    for w in report.warnings + _discount_warnings(report.offers):
         click.echo(f"warning: {one_line(w)}", err=True)
     click.echo(f"ok: {len(report.offers)} offers" + _skipped_text(report))
+
+
+_MAX_DISCOUNT_LINES = 20
+
+
+def _discount_warnings(offers: list[Offer]) -> list[str]:
+    """One line per offer whose interruptible price is implausibly far under on-demand."""
+    deep = deep_discounts(offers)
+    lines = [
+        f"{echo(o.key, 80)}: interruptible {o.interruptible_usd_per_gpu_hour:g} USD/GPU-h is "
+        f"{(o.interruptible_discount or 0.0):.0%} under on-demand {o.on_demand_usd_per_gpu_hour:g} "
+        f"(more than {MAX_PLAUSIBLE_DISCOUNT:.0%}; kind {o.interruptible_price_kind}): check it is not a "
+        "'from' price (price kind floor) or a stale one"
+        for o in deep[:_MAX_DISCOUNT_LINES]
+    ]
+    if len(deep) > _MAX_DISCOUNT_LINES:
+        lines.append(f"... and {len(deep) - _MAX_DISCOUNT_LINES} more offers with such discounts")
+    return lines
 
 
 def _skipped_text(report: ImportReport) -> str:
