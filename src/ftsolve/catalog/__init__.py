@@ -1,20 +1,32 @@
 """GPU hardware, rentable offers and model architectures, with source and date on every figure."""
 
-from ftsolve.catalog._hf import arch_from_config, load_config_json
+from ftsolve.catalog._arrays import BILLING_CODES, DEFAULT_INTER_NODE_GBIT, OfferArrays
+from ftsolve.catalog._hf import arch_from_config, config_json_path, load_config_json
 from ftsolve.catalog._load import Catalog, load_catalog, load_gpus, parse_offers
 from ftsolve.catalog._models import GpuSpec, ModelArch, Offer
 from ftsolve.catalog._names import resolve_gpu
 from ftsolve.catalog._presets import PRESETS
-from ftsolve.catalog._providers import ProviderDefaults, provider_defaults
+from ftsolve.catalog._providers import (
+    FALLBACK_STORAGE_SOURCE,
+    FALLBACK_STORAGE_USD_PER_GB_MONTH,
+    ProviderDefaults,
+    provider_defaults,
+)
 
 __all__ = [
+    "BILLING_CODES",
+    "DEFAULT_INTER_NODE_GBIT",
+    "FALLBACK_STORAGE_SOURCE",
+    "FALLBACK_STORAGE_USD_PER_GB_MONTH",
     "PRESETS",
     "Catalog",
     "GpuSpec",
     "ModelArch",
     "Offer",
+    "OfferArrays",
     "ProviderDefaults",
     "arch_from_config",
+    "config_json_path",
     "load_catalog",
     "load_config_json",
     "load_gpus",

@@ -8,35 +8,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
-from ftsolve.catalog._load import Catalog, load_catalog
-from ftsolve.catalog._models import Offer
-from ftsolve.catalog._providers import (
-    FALLBACK_STORAGE_SOURCE,
-    FALLBACK_STORAGE_USD_PER_GB_MONTH,
-    provider_defaults,
-)
+from ftsolve.catalog import Catalog, Offer, load_catalog, provider_defaults
 from ftsolve.solver import _coefficients as k
-from ftsolve.solver._cost import MAX_HOURS
 from ftsolve.solver._engines import ENGINES
 from ftsolve.solver._explain import diagnose
 from ftsolve.solver._grid import CandidateTable, build_candidates
+from ftsolve.solver._items import item_specs, storage_source
 from ftsolve.solver._job import MARKETS, JobSpec
 from ftsolve.solver._memory import METHOD_NAMES, QUANT_NAMES, SHARD_NAMES
+from ftsolve.solver._objectives import OBJECTIVES, objective_key
 from ftsolve.solver._plans import CostItem, MemoryBreakdown, Plan, PlanSet, TimeBreakdown
-from ftsolve.solver._rows import order_by
-
-_ITEM_DETAIL = {
-    "training": "GPU-hours of training x price",
-    "startup": "provisioning, environment, base-model download and loading, billed",
-    "checkpoints": "checkpoint writes and the final save",
-    "preemption_rework": "expected lost work and restarts after preemptions",
-    "fallback_switch": "restart on on-demand capacity from the last checkpoint",
-    "billing_rounding": "billing granularity: on-demand time rounded up",
-    "trial_runs": "trial runs before the final run, at the plan's hourly cost",
-    "failed_attempts": "expected failed attempts (each a start-up plus half a run)",
-    "storage": "volumes (dataset, base model, two checkpoints) while they exist, incl. retention",
-    "egress": "download of the trained weights or adapter out of the provider",
-}
 
 
 def plan(
@@ -89,40 +70,53 @@ def plan(
     )
 
 
-def objective_key(job: JobSpec, t: CandidateTable) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """(integer key to minimize, tie rank) for the job's objective; ties go to the cheaper plan,
-    then to the stable candidate order."""
-    cost = t.total_cents
-    # Unbounded rows are masked out; capping their hours keeps every key far inside int64.
-    hours = np.where(np.isfinite(t.expected_hours), np.minimum(t.expected_hours, MAX_HOURS), MAX_HOURS)
-    if job.objective == "time":
-        key = np.rint(hours * 360_000.0).astype(np.int64)  # centiseconds
-    elif job.objective == "weighted":
-        key = cost + np.rint(job.time_value_usd_per_hour * hours * 100.0).astype(np.int64)
-    else:
-        key = cost
-    order = order_by(cost, t.tie_rank)
-    tie = np.empty_like(order)
-    tie[order] = np.arange(order.size)
-    return key.astype(np.int64), tie.astype(np.int64)
-
-
 def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int, nxt: int | None = None) -> Plan:
+    """Candidate i of the table as the plan ranked `rank` (`best` is plan 1, `nxt` the next one)."""
     offer = t.offers[int(t.offer_idx[i])]
-    # Cards without bf16 (Volta, Turing) train in fp16 with loss scaling.
-    gpu_spec_16 = "bf16" if t.gpu_specs[offer.gpu].supports_bf16 else "fp16"
-    method = METHOD_NAMES[int(t.method[i])]
+    memory = _memory_breakdown(t, i)
+    binding = _binding(job, t, i)
     quant = QUANT_NAMES[int(t.quant[i])]
-    market = MARKETS[int(t.market[i])]
-    defaults = provider_defaults(offer.provider)
-    memory = MemoryBreakdown(
+    # Cards without bf16 (Volta, Turing) train in fp16 with loss scaling.
+    dtype_16 = "bf16" if t.gpu_specs[offer.gpu].supports_bf16 else "fp16"
+    return Plan(
+        rank=rank,
+        offer=offer,
+        gpu=offer.gpu,
+        n_gpus=int(t.n_gpus[i]),
+        nodes=int(t.nodes[i]),
+        method=METHOD_NAMES[int(t.method[i])],
+        weight_precision=dtype_16 if quant == "16-bit" else quant,
+        optimizer=job.optimizer,
+        sharding=SHARD_NAMES[int(t.shard[i])],
+        gradient_checkpointing=bool(t.ckpt[i]),
+        micro_batch=int(t.micro_batch[i]),
+        grad_accum=int(t.grad_accum[i]),
+        market=MARKETS[int(t.market[i])],
+        price_usd_per_gpu_hour=float(t.price_usd_per_gpu_hour[i]),
+        price_date=offer.price_date,
+        memory=memory,
+        time=_time_breakdown(job, t, i),
+        cost_items=_cost_items(t, i, offer),
+        total_cost_usd=int(t.total_cents[i]) / 100,
+        binding_constraints=binding,
+        slack=_slack(job, t, i),
+        why=_why(job, t, i, rank, best, nxt, binding),
+        assumptions=_assumptions(job, t, i, offer, memory),
+    )
+
+
+def _memory_breakdown(t: CandidateTable, i: int) -> MemoryBreakdown:
+    return MemoryBreakdown(
         components_gib={n: round(v, 3) for n, v in t.memory_gib(i).items()},
         peak_gib=round(float(t.peak_gib[i]), 3),
         usable_gib=round(float(t.usable_gib[i]), 3),
         card_gib=round(float(t.usable_gib[i]) / k.USABLE_MEMORY_FRACTION.value, 3),
     )
-    spot = market != "on-demand"
-    time = TimeBreakdown(
+
+
+def _time_breakdown(job: JobSpec, t: CandidateTable, i: int) -> TimeBreakdown:
+    spot = MARKETS[int(t.market[i])] != "on-demand"
+    return TimeBreakdown(
         tokens_per_s=round(float(t.tokens_per_s[i]), 1),
         step_s=round(float(t.step_s[i]), 4),
         training_hours=round(float(t.train_hours[i]), 4),
@@ -137,95 +131,60 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int,
         interruptible_fraction=round(float(t.spot_fraction[i]), 4),
         interruption_rate_per_hour=round(float(t.interruption_rate_per_hour[i]), 4) if spot else None,
     )
-    price_src = _price_source(offer)
-    sources = {
-        "storage": f"{offer.storage_usd_per_gb_month} USD/GB-month: {price_src}"
-        if offer.storage_usd_per_gb_month is not None
-        else f"{defaults.storage_usd_per_gb_month} USD/GB-month: {defaults.storage_source}"
-        if defaults.storage_usd_per_gb_month is not None
-        else f"{FALLBACK_STORAGE_USD_PER_GB_MONTH} USD/GB-month: {FALLBACK_STORAGE_SOURCE}",
-        "egress": f"{defaults.egress_usd_per_gb} USD/GB: {defaults.egress_source}",
-    }
-    items = tuple(
-        CostItem(name=name, usd=int(c[i]) / 100, detail=_ITEM_DETAIL[name], source=sources.get(name, price_src))
+
+
+def _cost_items(t: CandidateTable, i: int, offer: Offer) -> tuple[CostItem, ...]:
+    """The candidate's non-zero cost items, in registry order, each with its detail and source."""
+    specs = item_specs()
+    return tuple(
+        CostItem(name=name, usd=int(c[i]) / 100, detail=specs[name].detail, source=specs[name].source(offer))
         for name, c in t.cost_items_cents.items()
         if int(c[i]) != 0
     )
-    total = int(t.total_cents[i]) / 100
-    assumptions = [
+
+
+def _assumptions(job: JobSpec, t: CandidateTable, i: int, offer: Offer, memory: MemoryBreakdown) -> tuple[str, ...]:
+    defaults = provider_defaults(offer.provider)
+    market = MARKETS[int(t.market[i])]
+    out = [
         "coefficients: ftsolve.solver._coefficients (physics.md, fitted on measured.csv where stated)",
         f"provisioning {defaults.provisioning_minutes:g} min: {defaults.provisioning_source}",
         f"price {offer.price_date.isoformat()}{' (estimated date)' if offer.price_date_estimated else ''}"
         f": {offer.source}",
     ]
-    if spot and offer.interruption_rate_per_hour is None:
-        assumptions.append(
-            f"interruption rate {defaults.interruption_rate_per_hour:.3g}/h: {defaults.interruption_source}"
-        )
+    if market != "on-demand" and offer.interruption_rate_per_hour is None:
+        out.append(f"interruption rate {defaults.interruption_rate_per_hour:.3g}/h: {defaults.interruption_source}")
     if offer.storage_usd_per_gb_month is None:
-        assumptions.append(f"storage price: {sources['storage']}")
+        out.append(f"storage price: {storage_source(offer)}")
     if market == "fallback":
-        assumptions.append(
+        out.append(
             f"fallback: the first {t.spot_fraction[i]:.0%} of the work on interruptible capacity, then the "
             "last checkpoint resumed on on-demand (static split; on-demand capacity keeps the deadline)"
         )
     if job.offload_optimizer or job.offload_params:
-        assumptions.append(
+        out.append(
             "CPU offload: the memory counts offloaded state as off the GPU; the time does not include "
             "the CPU optimizer step or the PCIe transfers, so it is optimistic"
         )
     whole_gib = memory.components_gib.get("unsharded_gradients", 0.0)
     if int(t.grad_accum[i]) > 1 and whole_gib > 0:
-        assumptions.append(
+        out.append(
             f"FSDP accumulates under no_sync (the accelerate and Lightning default): {whole_gib:.1f} GiB of "
             "gradients stay unsharded until the step; syncing every micro-batch (accelerate's "
             "sync_each_batch) saves that memory for more communication"
         )
     if job.trial_runs or job.failure_probability:
-        assumptions.append(
-            "trial runs and failed attempts are priced as scaled copies of the final run on the same plan"
-        )
-    binding = _binding(job, t, i)
+        out.append("trial runs and failed attempts are priced as scaled copies of the final run on the same plan")
+    return tuple(out)
+
+
+def _slack(job: JobSpec, t: CandidateTable, i: int) -> dict[str, float]:
     slack = {"memory_gib": round(float(t.usable_gib[i] - t.peak_gib[i]), 3)}
     if job.deadline_hours is not None:
         slack["deadline_hours"] = round(job.deadline_hours - float(t.quantile_hours[i]), 4)
     if job.budget_usd is not None:
         slack["budget_usd"] = round(job.budget_usd - int(t.total_cents[i]) / 100, 2)
-    return Plan(
-        rank=rank,
-        offer=offer,
-        gpu=offer.gpu,
-        n_gpus=int(t.n_gpus[i]),
-        nodes=int(t.nodes[i]),
-        method=method,
-        weight_precision=gpu_spec_16 if quant == "16-bit" else quant,
-        optimizer=job.optimizer,
-        sharding=SHARD_NAMES[int(t.shard[i])],
-        gradient_checkpointing=bool(t.ckpt[i]),
-        micro_batch=int(t.micro_batch[i]),
-        grad_accum=int(t.grad_accum[i]),
-        market=market,
-        price_usd_per_gpu_hour=float(t.price_usd_per_gpu_hour[i]),
-        price_date=offer.price_date,
-        memory=memory,
-        time=time,
-        cost_items=items,
-        total_cost_usd=total,
-        binding_constraints=binding,
-        slack=slack,
-        why=_why(job, t, i, rank, best, nxt, binding),
-        assumptions=tuple(assumptions),
-    )
-
-
-def _price_source(offer: Offer) -> str:
-    prices = []
-    if offer.on_demand_usd_per_gpu_hour is not None:
-        prices.append(f"on-demand {offer.on_demand_usd_per_gpu_hour:g}")
-    if offer.interruptible_usd_per_gpu_hour is not None:
-        prices.append(f"interruptible {offer.interruptible_usd_per_gpu_hour:g}")
-    estimated = " (estimated date)" if offer.price_date_estimated else ""
-    return f"{' / '.join(prices)} USD/GPU-h dated {offer.price_date.isoformat()}{estimated}, {offer.source}"
+    return slack
 
 
 def _binding(job: JobSpec, t: CandidateTable, i: int) -> tuple[str, ...]:
@@ -256,11 +215,7 @@ def _why(
         d_cost = int(t.total_cents[nxt]) / 100 - cost_i
         d_h = float(t.expected_hours[nxt]) - hours_i
         beats = f"; beats #{rank + 1} ({_label(t, nxt)}) by {d_cost:+.2f} USD, {d_h:+.1f} h"
-    what = {
-        "cost": "cheapest expected total cost",
-        "time": "earliest expected finish",
-        "weighted": f"best cost + {job.time_value_usd_per_hour:g} USD per hour of finish",
-    }[job.objective]
+    what = OBJECTIVES[job.objective].why(job)
     if rank == 1:
         return f"{what} among {int(t.feasible().sum())} feasible candidates{beats}{tight}"
     d_cost = cost_i - int(t.total_cents[best]) / 100

@@ -239,7 +239,8 @@ PCIE_BUS_GB_PER_S = {
     "consumer": Coefficient(10.0, "GB/s", "physics.md §9.2: GeForce without peer-to-peer ~10"),
 }
 INTER_NODE_EFFICIENCY = Coefficient(0.8, "x NIC line rate as bus bandwidth", "physics.md §9.2: 100 GbE ≈ 10 GB/s")
-DEFAULT_INTER_NODE_GBIT = Coefficient(100.0, "Gbit/s per node", "physics.md §9.2 (100 GbE), assumption")
+# The network of a provider that publishes none is the catalog's DEFAULT_INTER_NODE_GBIT (one place
+# for what the plans and the time estimates assume).
 
 # --- start-up, checkpoints, storage -------------------------------------------------------
 ENVIRONMENT_SETUP_MINUTES = Coefficient(

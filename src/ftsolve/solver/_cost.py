@@ -17,12 +17,14 @@ a run on average (failures are assumed uniform over the run).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ftsolve.solver import _coefficients as k
+from ftsolve.solver import _items
+from ftsolve.solver._items import Spend
 from ftsolve.solver._risk import best_interval, cantelli_quantile, checkpoint_count
 from ftsolve.solver._rows import unique_rows
 
@@ -53,6 +55,8 @@ class RunInputs:
     volume_gb: F
     egress_usd_per_gb: F
     output_gb: F
+    # Per-offer facts the cost items declare (_items.CostItemSpec.offer_facts), by OfferArrays column.
+    offer_facts: Mapping[str, F] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -94,11 +98,42 @@ def bounded(total_cents: I, expected_hours: F, quantile_hours: F) -> B:
     return out
 
 
-def spot_phase(work: F, r: RunInputs, confidence: float) -> tuple[F, F, F, F]:
+@dataclass(frozen=True)
+class Timing:
+    """The time inputs of RunInputs: all that the interruptible phase and the fallback split read."""
+
+    market: I
+    work_h: F
+    startup_h: F
+    restart_h: F
+    ckpt_write_h: F
+    final_save_h: F
+    rate: F
+
+    @classmethod
+    def of(cls, r: RunInputs) -> Timing:
+        return cls(*(getattr(r, f.name) for f in fields(cls)))
+
+    def take(self, idx: I) -> Timing:
+        return Timing(*(getattr(self, f.name)[idx] for f in fields(self)))
+
+
+def spot_phase(work: F, r: Timing, confidence: float) -> tuple[F, F, F, F]:
     """Interruptible phase of `work` hours: interval, mean, confidence-quantile, checkpoint writes."""
     tau, mean, var = best_interval(work, r.rate, r.ckpt_write_h, r.restart_h)
     writes = checkpoint_count(work, tau) * r.ckpt_write_h
     return tau, mean, cantelli_quantile(mean, var, confidence), writes
+
+
+@dataclass(frozen=True)
+class SpotPhase:
+    """The interruptible part of each candidate's run (see _time_part)."""
+
+    fraction: F  # share f of the work; NOT_OFFERED for a fallback that is not offered
+    interval_h: F  # checkpoint interval τ, nan without an interruptible phase
+    mean_h: F  # wall hours of the interruptible phase after start-up
+    quantile_h: F  # the same at the job's confidence
+    writes_h: F  # checkpoint writes in it
 
 
 def price_runs(
@@ -112,7 +147,8 @@ def price_runs(
     standalone_fallback: bool = False,
     same_time_as: I | None = None,
 ) -> RunCosts:
-    """Cost items (integer cents), expected and quantile finish hours for each candidate.
+    """Cost items (integer cents, one per _items.COST_ITEMS entry), expected and quantile finish
+    hours for each candidate.
 
     standalone_fallback: the user allows the fallback but not plain interruptible capacity, so a
     fallback is priced even where interruptible capacity alone would keep the deadline.
@@ -120,44 +156,70 @@ def price_runs(
     (work, start-up, restart, writes, final save, rate), pointing to itself where it is the one;
     a caller that knows this from how it built the candidates saves sorting them here.
     """
-    n = r.work_h.shape[0]
-    # Time depends on a handful of columns that many candidates share (the same hardware and
-    # configuration at many prices): compute it once per distinct combination.
+    phase = _spot_phases(r, confidence, deadline_hours, trials, trial_fraction, standalone_fallback, same_time_as)
+    s, expected_run, quantile_run = _spend(r, phase, trials, trial_fraction, failure_probability, retention_days)
+    items = {item.name: _cents(item.usd(s)) for item in _items.COST_ITEMS}
+    total = np.zeros(r.work_h.shape[0], dtype=np.int64)
+    for cents in items.values():  # a running sum: stacking the items first costs a copy of them all
+        total += cents
+    total = np.minimum(total, MAX_CENTS)
+    return RunCosts(
+        items_cents=items,
+        total_cents=total.astype(np.int64),
+        expected_hours=s.trial_h + expected_run,
+        quantile_hours=s.trial_h + quantile_run,
+        checkpoint_interval_h=phase.interval_h,
+        checkpoint_hours=phase.writes_h + r.final_save_h,
+        rework_hours=s.rework_h,
+        spot_fraction=phase.fraction,
+    )
+
+
+def _spot_phases(
+    r: RunInputs,
+    confidence: float,
+    deadline_hours: float | None,
+    trials: int,
+    trial_fraction: float,
+    standalone_fallback: bool,
+    same_time_as: I | None,
+) -> SpotPhase:
+    """The interruptible phase of every candidate, computed once per distinct time inputs (many
+    candidates share them: the same hardware and configuration at many prices)."""
     if same_time_as is None:
-        first, inverse = unique_rows(
-            np.stack(
-                [
-                    r.market.astype(np.float64),
-                    r.work_h,
-                    r.startup_h,
-                    r.restart_h,
-                    r.ckpt_write_h,
-                    r.final_save_h,
-                    r.rate,
-                ],
-                axis=1,
-            )
-        )
+        cols = [r.market.astype(np.float64), r.work_h, r.startup_h, r.restart_h, r.ckpt_write_h, r.final_save_h, r.rate]
+        first, inverse = unique_rows(np.stack(cols, axis=1))
     else:
         first, inverse = _representatives(same_time_as)
-    f_u, tau_u, mean_u, q_u, writes_u = _time_part(
-        _take_idx(r, first), confidence, deadline_hours, trials, trial_fraction, standalone_fallback
-    )
-    f_raw, tau, spot_mean, spot_q, writes = (a[inverse] for a in (f_u, tau_u, mean_u, q_u, writes_u))
-    f = np.maximum(f_raw, 0.0)
+    reps = Timing.of(r).take(first)
+    parts = _time_part(reps, confidence, deadline_hours, trials, trial_fraction, standalone_fallback)
+    f, tau, mean, q, writes = (a[inverse] for a in parts)
+    return SpotPhase(fraction=f, interval_h=tau, mean_h=mean, quantile_h=q, writes_h=writes)
+
+
+def _spend(
+    r: RunInputs,
+    phase: SpotPhase,
+    trials: int,
+    trial_fraction: float,
+    failure_probability: float,
+    retention_days: float,
+) -> tuple[Spend, F, F]:
+    """(what each run spends, its expected and its quantile wall hours without trials)."""
+    f = np.maximum(phase.fraction, 0.0)
     on_spot = f > 0
     spot_work = f * r.work_h
     od_work = r.work_h - spot_work
     switch = np.where(on_spot & (od_work > 0), r.restart_h, 0.0)  # resume on on-demand capacity
-    rework = np.where(on_spot, np.maximum(spot_mean - spot_work - writes, 0.0), 0.0)
+    rework = np.where(on_spot, np.maximum(phase.mean_h - spot_work - phase.writes_h, 0.0), 0.0)
 
-    spot_h = np.where(on_spot, r.startup_h + spot_mean, 0.0)
+    spot_h = np.where(on_spot, r.startup_h + phase.mean_h, 0.0)
     od_h = np.where(on_spot, switch + od_work, r.startup_h + r.work_h)
     ends_on_od = od_work > 0
     od_h = od_h + np.where(ends_on_od, r.final_save_h, 0.0)
     spot_h = spot_h + np.where(ends_on_od, 0.0, r.final_save_h)
     expected_run = spot_h + od_h
-    quantile_run = np.where(on_spot, r.startup_h + spot_q, r.startup_h) + switch + od_work + r.final_save_h
+    quantile_run = np.where(on_spot, r.startup_h + phase.quantile_h, r.startup_h) + switch + od_work + r.final_save_h
 
     spot_rate = np.nan_to_num(r.spot_usd_per_h)
     od_rate = np.nan_to_num(r.od_usd_per_h)
@@ -172,41 +234,32 @@ def price_runs(
 
     trial_hours = trials * r.startup_h + trials * trial_fraction * (expected_run - r.startup_h)
     fail_hours = failure_probability / (1.0 - failure_probability) * (r.startup_h + 0.5 * (expected_run - r.startup_h))
-    total_hours = expected_run + trial_hours + fail_hours
-    storage = r.volume_gb * r.storage_usd_per_gb_month * (total_hours + retention_days * 24.0) / k.HOURS_PER_MONTH
-    items = {
-        "training": _cents(spot_work * spot_rate + od_work * od_rate),
-        "startup": _cents(r.startup_h * np.where(on_spot, spot_rate, od_rate)),
-        "checkpoints": _cents(writes * spot_rate + r.final_save_h * np.where(ends_on_od, od_rate, spot_rate)),
-        "preemption_rework": _cents(rework * spot_rate),
-        "fallback_switch": _cents(switch * od_rate),
-        "billing_rounding": _cents(rounding * od_rate),
-        "trial_runs": _cents(trial_hours * per_hour),
-        "failed_attempts": _cents(fail_hours * per_hour),
-        "storage": _cents(storage),
-        "egress": _cents(r.output_gb * r.egress_usd_per_gb),
-    }
-    total = np.zeros(n, dtype=np.int64)
-    for cents in items.values():  # a running sum: stacking the items first costs a copy of them all
-        total += cents
-    total = np.minimum(total, MAX_CENTS)
-    return RunCosts(
-        items_cents=items,
-        total_cents=total.astype(np.int64),
-        expected_hours=trial_hours + expected_run,
-        quantile_hours=trial_hours + quantile_run,
-        checkpoint_interval_h=tau,
-        checkpoint_hours=writes + r.final_save_h,
-        rework_hours=rework,
-        spot_fraction=f_raw,
+    spend = Spend(
+        runs=r,
+        spot_usd_per_h=spot_rate,
+        od_usd_per_h=od_rate,
+        on_spot=on_spot,
+        ends_on_od=ends_on_od,
+        spot_work_h=spot_work,
+        od_work_h=od_work,
+        checkpoint_writes_h=phase.writes_h,
+        rework_h=rework,
+        switch_h=switch,
+        rounding_h=rounding,
+        trial_h=trial_hours,
+        failed_h=fail_hours,
+        usd_per_h=per_hour,
+        total_h=expected_run + trial_hours + fail_hours,
+        retention_days=retention_days,
     )
+    return spend, expected_run, quantile_run
 
 
 NOT_OFFERED = -1.0  # spot_fraction of a fallback candidate whose interruptible-only twin keeps the deadline
 
 
 def _time_part(
-    r: RunInputs,
+    r: Timing,
     confidence: float,
     deadline_hours: float | None,
     trials: int,
@@ -227,11 +280,11 @@ def _time_part(
     f = np.where(od, 0.0, 1.0)
     whole = ~od
     if whole.any():
-        t_s, m_s, q_s, w_s = spot_phase(r.work_h[whole], _take(r, whole), confidence)
+        t_s, m_s, q_s, w_s = spot_phase(r.work_h[whole], r.take(np.flatnonzero(whole)), confidence)
         tau[whole], spot_mean[whole], spot_q[whole], writes[whole] = t_s, m_s, q_s, w_s
     if fb.any():
         idx = np.nonzero(fb)[0]
-        sub = _take(r, fb)
+        sub = r.take(idx)
         # Trials run before the final run; reserve their on-demand duration from the deadline.
         trial_reserve = trials * (sub.startup_h + trial_fraction * (sub.work_h + sub.final_save_h))
         alone = sub.startup_h + spot_q[idx] + sub.final_save_h + trial_reserve
@@ -239,12 +292,12 @@ def _time_part(
         needed = idx[misses]
         f[idx] = 1.0 if standalone_fallback else NOT_OFFERED
         if needed.size:
-            part = _take_idx(r, needed)
+            part = r.take(needed)
             f[needed] = _fallback_fraction(part, confidence, deadline_hours, trial_reserve[misses])
             share = f[needed] > 0
             if share.any():
                 rows = needed[share]
-                t_s, m_s, q_s, w_s = spot_phase((f * r.work_h)[rows], _take_idx(r, rows), confidence)
+                t_s, m_s, q_s, w_s = spot_phase((f * r.work_h)[rows], r.take(rows), confidence)
                 tau[rows], spot_mean[rows], spot_q[rows], writes[rows] = t_s, m_s, q_s, w_s
         # No interruptible phase: all on-demand (share 0) or not offered.
         off = fb & (f <= 0)
@@ -252,7 +305,7 @@ def _time_part(
     return f, tau, spot_mean, spot_q, writes
 
 
-def _fallback_fraction(r: RunInputs, confidence: float, deadline_hours: float | None, reserve_h: F) -> F:
+def _fallback_fraction(r: Timing, confidence: float, deadline_hours: float | None, reserve_h: F) -> F:
     """Largest f = j/STEPS (0 < j < STEPS) whose confidence-quantile finish meets the deadline; 0 if none.
 
     The finish time grows with f (interruptible work carries rework), so j is found by bisection.
@@ -283,8 +336,8 @@ def _fallback_fraction(r: RunInputs, confidence: float, deadline_hours: float | 
     return out
 
 
-def meets_subset(r: RunInputs, idx: I, j: I, confidence: float, deadline: float, reserve_h: F) -> B:
-    sub = _take_idx(r, idx)
+def meets_subset(r: Timing, idx: I, j: I, confidence: float, deadline: float, reserve_h: F) -> B:
+    sub = r.take(idx)
     f = j / FALLBACK_STEPS
     _, _, q, _ = spot_phase(sub.work_h * f, sub, confidence)
     finish = sub.startup_h + q + sub.restart_h + (1 - f) * sub.work_h + sub.final_save_h + reserve_h[idx]
@@ -298,11 +351,3 @@ def _representatives(same_as: I) -> tuple[I, I]:
     first: I = np.nonzero(is_first)[0]
     inverse: I = (np.cumsum(is_first) - 1)[same_as]
     return first, inverse
-
-
-def _take_idx(r: RunInputs, idx: I) -> RunInputs:
-    return RunInputs(**{name: getattr(r, name)[idx] for name in r.__dataclass_fields__})
-
-
-def _take(r: RunInputs, mask: B) -> RunInputs:
-    return _take_idx(r, np.flatnonzero(mask))  # one scan of the mask, not one per field

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
+from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
 from ftsolve._errors import InvalidJobSpec
-from ftsolve.catalog._hf import config_json_path, load_config_json
-from ftsolve.catalog._load import Catalog, load_catalog
-from ftsolve.catalog._models import ModelArch
+from ftsolve.catalog import (
+    DEFAULT_INTER_NODE_GBIT,
+    Catalog,
+    ModelArch,
+    config_json_path,
+    load_catalog,
+    load_config_json,
+)
 from ftsolve.solver import _coefficients as k
+from ftsolve.solver._compat import GPU_RULES, SETUP_RULES, TIMING_RULES, OnGpu, Setup, refuse_broken
+from ftsolve.solver._hardware import Hardware, hardware
 from ftsolve.solver._memory import (
-    FULL,
     METHOD_NAMES,
     Q4,
     Q8,
@@ -23,9 +31,13 @@ from ftsolve.solver._memory import (
     QLORA,
     SHARD_NAMES,
     MemoryOptions,
+    MemoryTerms,
     ModelSizes,
     memory_terms,
 )
+from ftsolve.solver._throughput import StepTime, flops_per_token, step_time
+
+I = NDArray[np.int64]
 
 # Error bands stated with every estimate: the leave-one-source-out accuracy of the model per
 # method and stack (k.memory_band), widened to at least PARAM_COUNT_BAND when the architecture
@@ -70,8 +82,8 @@ class MemoryEstimate(BaseModel):
 def arch_from_param_count(n_params: float) -> ModelArch:
     """A Llama-shaped architecture of about `n_params` parameters (aspect ratio h/L = 128, GQA 8,
     SwiGLU with I = 3.5h, 128k vocabulary): the best guess when only a size is known."""
-    if n_params <= 1e7:
-        raise InvalidJobSpec(f"invalid parameter count {n_params:g}: expected at least 1e7")
+    if not 1e7 < n_params <= 1e14:  # 100T parameters: beyond any model trained so far
+        raise InvalidJobSpec(f"invalid parameter count {n_params:g}: expected between 1e7 and 1e14")
     vocab = 128256
     h = 512
     # Grow h in steps of 512 (so that heads = h/128 split into 4 KV groups) and L = h/128 until
@@ -139,6 +151,76 @@ def _check_ranges(**values: float | None) -> None:
             raise InvalidJobSpec(f"invalid {name} {value!r}: must lie in {'[' if inclusive else '('}{low:g}, {high:g}]")
 
 
+def _a(x: int) -> I:
+    return np.array([x], dtype=np.int64)
+
+
+def _quant_code(method: int, weight_precision: str) -> int:
+    if weight_precision == "auto":
+        return Q4 if method == QLORA else Q16
+    return {"16-bit": Q16, "int8": Q8, "nf4": Q4}[weight_precision]
+
+
+@dataclass(frozen=True)
+class _OneRow:
+    """An estimate's configuration, resolved and checked by the planner's own rules: the inputs of
+    a one-row candidate table."""
+
+    arch: ModelArch
+    band: float
+    where: str
+    sizes: ModelSizes
+    opts: MemoryOptions
+    setup: Setup
+    ckpt: I
+
+    def terms(self, seq_len: int, accumulating: bool = False) -> MemoryTerms:
+        s = self.setup
+        return memory_terms(
+            self.sizes, self.opts, seq_len, s.method, s.quant, s.shard, self.ckpt, s.n_gpus, accumulating
+        )
+
+
+def _one_row(
+    model: str | ModelArch | Path | float,
+    catalog: Catalog,
+    opts: MemoryOptions,
+    *,
+    method: str,
+    weight_precision: str,
+    sharding: str,
+    n_gpus: int,
+    gradient_checkpointing: bool,
+    lora_rank: int,
+) -> _OneRow:
+    if sharding not in SHARD_NAMES:
+        raise InvalidJobSpec(f"invalid sharding {sharding!r}: choose one of {', '.join(SHARD_NAMES)}")
+    if opts.quant_kernel not in ("bitsandbytes", "gptq"):
+        raise InvalidJobSpec(f"invalid quant_kernel {opts.quant_kernel!r}: choose bitsandbytes or gptq")
+    m = METHOD_NAMES.index(method)
+    setup = Setup(
+        method=_a(m),
+        quant=_a(_quant_code(m, weight_precision)),
+        shard=_a(SHARD_NAMES.index(sharding)),
+        n_gpus=_a(n_gpus),
+        runtime=opts.framework,
+    )
+    refuse_broken(SETUP_RULES, setup)
+    arch, band, where = resolve_arch(model, catalog)
+    sizes = ModelSizes.of(arch, lora_rank, opts.lora_targets, opts.framework)
+    return _OneRow(arch, band, where, sizes, opts, setup, _a(int(gradient_checkpointing)))
+
+
+def _one_gpu(
+    catalog: Catalog, gpu: str, quant: I, n_gpus: int, nodes: int, inter_node_gbit_per_s: float | None = None
+) -> Hardware:
+    """One GPU setup (as the table builds it), refused where the planner would never run `quant` on it."""
+    gbit = inter_node_gbit_per_s if inter_node_gbit_per_s is not None else DEFAULT_INTER_NODE_GBIT
+    hw = hardware([catalog.gpu(gpu)], _a(0), _a(n_gpus), _a(nodes), np.array([gbit], dtype=np.float64))
+    refuse_broken(GPU_RULES, OnGpu(quant, hw.nvidia, hw.timed), prefix=f"GPU {gpu!r}: ")
+    return hw
+
+
 def estimate_memory(
     model: str | ModelArch | Path | float,
     *,
@@ -165,59 +247,36 @@ def estimate_memory(
     opts = options or MemoryOptions()
     _check_ranges(seq_len=seq_len, micro_batch=micro_batch, grad_accum=grad_accum, n_gpus=n_gpus, lora_rank=lora_rank)
     _check_ranges(lora_dropout=opts.lora_dropout)
-    if sharding not in SHARD_NAMES:
-        raise InvalidJobSpec(f"invalid sharding {sharding!r}: choose one of {', '.join(SHARD_NAMES)}")
-    if n_gpus > 1 and sharding == "none":
-        raise InvalidJobSpec("invalid sharding: several GPUs need ddp, zero1, zero2 or zero3")
-    if n_gpus == 1 and sharding != "none" and opts.framework != "deepspeed":
-        raise InvalidJobSpec(
-            "invalid sharding: one GPU shards nothing (DeepSpeed ZeRO on one GPU: framework='deepspeed')"
-        )
-    if opts.quant_kernel not in ("bitsandbytes", "gptq"):
-        raise InvalidJobSpec(f"invalid quant_kernel {opts.quant_kernel!r}: choose bitsandbytes or gptq")
-    arch, band, where = resolve_arch(model, catalog)
-    m = METHOD_NAMES.index(method)
-    if weight_precision == "auto":
-        q = Q4 if m == QLORA else Q16
-    else:
-        q = {"16-bit": Q16, "int8": Q8, "nf4": Q4}[weight_precision]
-    if m == FULL and q != Q16:
-        raise InvalidJobSpec("invalid weight_precision: full fine-tuning trains 16-bit weights")
-    sizes = ModelSizes.of(arch, lora_rank, opts.lora_targets, opts.framework)
-
-    def a(x: int) -> np.ndarray:
-        return np.array([x], dtype=np.int64)
-
-    terms = memory_terms(
-        sizes,
+    row = _one_row(
+        model,
+        catalog,
         opts,
-        seq_len,
-        a(m),
-        a(q),
-        a(SHARD_NAMES.index(sharding)),
-        a(int(gradient_checkpointing)),
-        a(n_gpus),
-        accumulating=grad_accum > 1,
+        method=method,
+        weight_precision=weight_precision,
+        sharding=sharding,
+        n_gpus=n_gpus,
+        gradient_checkpointing=gradient_checkpointing,
+        lora_rank=lora_rank,
     )
-    margin = 1.0 + k.DYNAMIC_MARGIN.value
-    parts = {name: float(v[0]) / k.GIB for name, v in terms.static.items()}
-    dynamic = {name: float(v[0]) * micro_batch / k.GIB for name, v in terms.per_sample.items()}
-    parts |= {name: v * margin for name, v in dynamic.items()}
-    managed = sum(float(v[0]) for v in terms.managed.values()) / k.GIB
-    peak = float(terms.peak_bytes(a(micro_batch))[0]) / k.GIB
+    terms = row.terms(seq_len, accumulating=grad_accum > 1)
+    parts = {name: float(v[0]) / k.GIB for name, v in (terms.static | terms.dynamic(_a(micro_batch))).items()}
+    unmargined = sum(float(v[0]) for v in terms.static.values()) + micro_batch * sum(
+        float(v[0]) for v in terms.per_sample.values()
+    )
     overheads = parts["cuda_context"] + parts["nccl"]
-    reserved = sum(parts.values()) - sum(dynamic.values()) * (margin - 1.0) - overheads
-    allocated = reserved - dynamic["fragmentation"]
+    reserved = unmargined / k.GIB - overheads
+    managed = sum(float(v[0]) for v in terms.managed.values()) / k.GIB
+    peak = float(terms.peak_bytes(_a(micro_batch))[0]) / k.GIB
     usable = fits = None
     if gpu is not None:
-        spec = catalog.gpu(gpu)
-        usable = round(spec.memory_gib * k.USABLE_MEMORY_FRACTION.value, 3)
+        hw = _one_gpu(catalog, gpu, row.setup.quant, n_gpus, 1)
+        usable = round(float(hw.usable_bytes[0]) / k.GIB, 3)
         fits = peak <= usable
     return MemoryEstimate(
-        model=arch.name,
-        params_b=round(sizes.total_params / 1e9, 4),
+        model=row.arch.name,
+        params_b=round(row.sizes.total_params / 1e9, 4),
         method=method,
-        weight_precision={Q16: "16-bit", Q8: "int8", Q4: "nf4"}[q],
+        weight_precision={Q16: "16-bit", Q8: "int8", Q4: "nf4"}[int(row.setup.quant[0])],
         sharding=sharding,
         n_gpus=n_gpus,
         micro_batch=micro_batch,
@@ -225,13 +284,13 @@ def estimate_memory(
         seq_len=seq_len,
         gradient_checkpointing=gradient_checkpointing,
         components_gib={name: round(v, 3) for name, v in parts.items()},
-        allocated_gib=round(allocated, 3),
+        allocated_gib=round(reserved - float(terms.per_sample["fragmentation"][0]) * micro_batch / k.GIB, 3),
         reserved_gib=round(reserved, 3),
         device_gib=round(reserved + overheads + managed, 3),
         managed_gib=round(managed, 3),
         peak_gib=round(peak, 3),
-        error_band=max(k.memory_band(method, opts.stack), band),
-        architecture_source=where,
+        error_band=max(k.memory_band(method, opts.stack), row.band),
+        architecture_source=row.where,
         gpu=gpu,
         usable_gib=usable,
         fits=fits,
@@ -304,69 +363,74 @@ def estimate_time(
     )
     if n_gpus % nodes:
         raise InvalidJobSpec(f"invalid nodes: {n_gpus} GPUs do not split evenly over {nodes} nodes")
-    if sharding not in SHARD_NAMES:
-        raise InvalidJobSpec(f"invalid sharding {sharding!r}: choose one of {', '.join(SHARD_NAMES)}")
-    spec = catalog.gpu(gpu)
-    if spec.tensor_tflops is None or spec.memory_bandwidth_gb_per_s is None:
-        raise InvalidJobSpec(f"GPU {gpu!r} has no tensor peak or bandwidth in the catalog; no time estimate")
-    arch, _band, _where = resolve_arch(model, catalog)
-    m = METHOD_NAMES.index(method)
-    q = (
-        (Q4 if m == QLORA else Q16)
-        if weight_precision == "auto"
-        else {"16-bit": Q16, "int8": Q8, "nf4": Q4}[weight_precision]
+    row = _one_row(
+        model,
+        catalog,
+        opts,
+        method=method,
+        weight_precision=weight_precision,
+        sharding=sharding,
+        n_gpus=n_gpus,
+        gradient_checkpointing=gradient_checkpointing,
+        lora_rank=lora_rank,
     )
-    sizes = ModelSizes.of(arch, lora_rank, opts.lora_targets, opts.framework)
-    from ftsolve.solver._throughput import flops_per_token, intra_node_bus_gb_per_s, step_time
-    from ftsolve.solver._throughput import utilization as arch_utilization
-
-    def a(x: int) -> np.ndarray:
-        return np.array([x], dtype=np.int64)
-
-    sh = a(SHARD_NAMES.index(sharding))
-    terms = memory_terms(sizes, opts, seq_len, a(m), a(q), sh, a(int(gradient_checkpointing)), a(n_gpus))
-    state_bytes = terms.static["optimizer"] + terms.static["gradients"] + terms.static["weights"]
-    bus = intra_node_bus_gb_per_s(spec)
-    if nodes > 1:
-        gbit = inter_node_gbit_per_s if inter_node_gbit_per_s is not None else k.DEFAULT_INTER_NODE_GBIT.value
-        bus = min(bus, gbit * k.INTER_NODE_EFFICIENCY.value / 8.0)
-    u = utilization if utilization is not None else arch_utilization(spec).value
-
-    def f(x: float) -> np.ndarray:
-        return np.array([x], dtype=np.float64)
-
+    hw = _one_gpu(catalog, gpu, row.setup.quant, n_gpus, nodes, inter_node_gbit_per_s)
+    refuse_broken(TIMING_RULES, OnGpu(row.setup.quant, hw.nvidia, hw.timed), prefix=f"GPU {gpu!r}: ")
+    u = utilization if utilization is not None else float(hw.utilization[0])
+    terms = row.terms(seq_len)
+    s = row.setup
     st = step_time(
-        sizes,
+        row.sizes,
         seq_len,
-        state_bytes,
-        a(m),
-        a(q),
-        sh,
-        a(int(gradient_checkpointing)),
-        a(n_gpus),
-        a(micro_batch),
-        a(grad_accum),
-        f(spec.tensor_tflops),
-        f(u),
-        f(spec.memory_bandwidth_gb_per_s),
-        f(bus),
+        terms.static["optimizer"] + terms.static["gradients"] + terms.static["weights"],
+        s.method,
+        s.quant,
+        s.shard,
+        row.ckpt,
+        s.n_gpus,
+        _a(micro_batch),
+        _a(grad_accum),
+        hw.peak_tflops,
+        np.array([u], dtype=np.float64),
+        hw.memory_bandwidth_gb_per_s,
+        hw.bus_gb_per_s,
         opts.quant_kernel,
     )
+    hours = None if train_tokens is None else train_tokens / real_token_fraction / float(st.tokens_per_s[0]) / 3600.0
+    return _time_estimate(
+        row, gpu, hw, st, u, seq_len=seq_len, micro_batch=micro_batch, grad_accum=grad_accum, nodes=nodes, hours=hours
+    )
+
+
+def _time_estimate(
+    row: _OneRow,
+    gpu: str,
+    hw: Hardware,
+    st: StepTime,
+    u: float,
+    *,
+    seq_len: int,
+    micro_batch: int,
+    grad_accum: int,
+    nodes: int,
+    hours: float | None,
+) -> TimeEstimate:
+    s = row.setup
     tps = float(st.tokens_per_s[0])
-    hours = None if train_tokens is None else train_tokens / real_token_fraction / tps / 3600.0
+    n_gpus = int(s.n_gpus[0])
     return TimeEstimate(
-        model=arch.name,
+        model=row.arch.name,
         gpu=gpu,
-        method=method,
+        method=METHOD_NAMES[int(s.method[0])],
         n_gpus=n_gpus,
         nodes=nodes,
-        sharding=sharding,
+        sharding=SHARD_NAMES[int(s.shard[0])],
         micro_batch=micro_batch,
         grad_accum=grad_accum,
         seq_len=seq_len,
-        gradient_checkpointing=gradient_checkpointing,
-        flops_per_token=float(flops_per_token(sizes, seq_len, a(m), a(int(gradient_checkpointing)))[0]),
-        peak_tflops=spec.tensor_tflops,
+        gradient_checkpointing=bool(row.ckpt[0]),
+        flops_per_token=float(flops_per_token(row.sizes, seq_len, s.method, row.ckpt)[0]),
+        peak_tflops=float(hw.peak_tflops[0]),
         utilization=u,
         compute_s=float(st.compute_s[0]),
         communication_s=float(st.comm_s[0]),

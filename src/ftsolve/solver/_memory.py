@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ftsolve.catalog._models import ModelArch
+from ftsolve.catalog import ModelArch
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._stacks import LOSS_BYTES_PER_LOGIT, STACKS
 
@@ -264,6 +264,11 @@ def base_weight_bytes(
     return out
 
 
+def dynamic_factor() -> float:
+    """What activations and logits are planned at: 1 + the dynamic margin (physics.md §5)."""
+    return 1.0 + k.DYNAMIC_MARGIN.value
+
+
 @dataclass(frozen=True)
 class MemoryTerms:
     """Static components (bytes per GPU) and per-sequence dynamic components (bytes per b=1)."""
@@ -279,8 +284,15 @@ class MemoryTerms:
         return out
 
     def per_sample_total(self) -> F:
-        total: F = np.sum(np.stack(list(self.per_sample.values())), axis=0) * (1.0 + k.DYNAMIC_MARGIN.value)
+        """Dynamic bytes per sequence of the micro-batch, margin included."""
+        total: F = np.sum(np.stack(list(self.per_sample.values())), axis=0) * dynamic_factor()
         return total
+
+    def dynamic(self, micro_batch: F | I) -> dict[str, F]:
+        """Dynamic components at this micro-batch, margin included: with the static ones they
+        make up the peak."""
+        factor = dynamic_factor()
+        return {name: v * micro_batch * factor for name, v in self.per_sample.items()}
 
     def peak_bytes(self, micro_batch: F | I) -> F:
         return self.static_total() + micro_batch * self.per_sample_total()
@@ -325,27 +337,27 @@ def unsharded_gradient_bytes(
     return out
 
 
-def memory_terms(
-    sizes: ModelSizes,
-    opts: MemoryOptions,
-    seq_len: int,
-    method: I,
-    quant: I,
-    shard: I,
-    ckpt: I,
-    n_gpus: I,
-    accumulating: B | bool = False,
-) -> MemoryTerms:
-    """Memory per GPU for each configuration (all arrays broadcast together).
+@dataclass(frozen=True)
+class _States:
+    """Model states per GPU (bytes) and the per-parameter facts the other terms reuse."""
 
-    `accumulating`: the step accumulates gradients over several micro-batches (grad_accum > 1),
-    which FSDP does with its gradients unsharded (see `unsharded_gradients`).
-    """
-    n = n_gpus.astype(np.float64)
+    weights: F
+    adapters: F
+    grads: F
+    optim: F
+    paged: F  # optimizer state in CUDA managed memory, out of `optim`
+    grad_bytes: F  # unsharded gradient bytes of what trains
+    trainable: F  # trainable parameters
+    base: F  # unsharded base weight bytes as stored
+    state_bytes: tuple[float, float, float]  # (weight, grad, optimizer) bytes per parameter, full FT
+    dense: float  # bytes per dense weight: 4 for an fp32-loaded model, else 2
+
+
+def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: I, n: F) -> _States:
+    """Weights, adapters, gradients and optimizer state per GPU, sharded as the stage says."""
     full = method == FULL
     w_b, g_b, o_b = FULL_STATE_BYTES[opts.optimizer]
-    deepspeed = opts.framework == "deepspeed"
-    if deepspeed and opts.optimizer in ("adamw", "paged-adamw"):
+    if opts.framework == "deepspeed" and opts.optimizer in ("adamw", "paged-adamw"):
         # DeepSpeed accumulates gradients in fp32: 2 (bf16 weights) + 4 (fp32 grads) + 4 (fp32 master)
         # + 8 (moments) = 18 B/param, the comment of its estimate_zero2_model_states_mem_needs
         # (physics.md §2.1); the bf16 gradient is not kept beside the fp32 one.
@@ -371,63 +383,93 @@ def memory_terms(
         # optimizer_in_bwd): at most the largest single gradient is alive at once.
         grads = np.minimum(grads, largest_param(sizes) * g_b / shard_g)
     if opts.offload_params:
-        # Only the gathered units (below) are on the GPU; the shards wait in CPU memory.
+        # Only the gathered units are on the GPU; the shards wait in CPU memory.
         weights, adapters, grads = weights * 0.0, adapters * 0.0, grads * 0.0
+    elif opts.framework == "litgpt":
+        # Each Lightning FSDP unit's FlatParameter holds frozen weights and adapters together and
+        # gets one gradient of its full size, sharded like the weights (see unsharded_gradient_bytes).
+        grads = np.where((shard == ZERO3) & (n > 1) & ~full, sizes.total_params * 2.0 / n, grads)
     on_gpu_optim = 0.0 if opts.offload_optimizer or opts.offload_params else 1.0
     optim = np.where(full, sizes.total_params * o_b, sizes.lora_params * ao + extra * co) / shard_o * on_gpu_optim
     # bitsandbytes allocates paged optimizer state in CUDA managed memory (cudaMallocManaged): the
     # driver pages it to CPU memory under pressure, and torch's allocator never counts it.
     paged = optim if opts.optimizer.startswith("paged") else optim * 0.0
-    optim = optim - paged
+    return _States(
+        weights=weights,
+        adapters=adapters,
+        grads=grads,
+        optim=optim - paged,
+        paged=paged,
+        grad_bytes=grad_bytes,
+        trainable=trainable,
+        base=base,
+        state_bytes=(w_b, g_b, o_b),
+        dense=dense,
+    )
 
-    layer_storage = np.where(full, w_b, base / sizes.total_params)
-    if deepspeed:
+
+def _gathered_and_buckets(
+    sizes: ModelSizes, opts: MemoryOptions, st: _States, method: I, shard: I, n: F
+) -> tuple[F, F]:
+    """Unsharded parameters gathered for compute, and communication buckets (bytes per GPU)."""
+    if opts.framework == "deepspeed":
         # ZeRO-3 gathers up to stage3_max_live_parameters; ZeRO-1/2 hold reduce and allgather
         # buckets (each at most the trainable size), physics.md §5.
         live = np.minimum(sizes.total_params, k.DEEPSPEED_ZERO3_LIVE_ELEMENTS.value) * 2.0
         gathered = np.where((shard == ZERO3) | opts.offload_params, live, 0.0)
-        bucket = np.minimum(trainable, k.DEEPSPEED_BUCKET_ELEMENTS.value) * 2.0
+        bucket = np.minimum(st.trainable, k.DEEPSPEED_BUCKET_ELEMENTS.value) * 2.0
         buckets = np.where((shard == ZERO1) | (shard == ZERO2), 2.0 * bucket, np.where(shard == ZERO3, bucket, 0.0))
-    else:
-        # FSDP holds the current and the prefetched layer unsharded, and the root unit (what no
-        # decoder layer wraps: embeddings, an untied lm_head) stays unsharded from forward
-        # through backward, with its unsharded gradient when it trains. Offloaded parameters
-        # stream in one wrapped unit at a time, on one GPU as well.
-        gathered = np.where(
-            ((shard == ZERO3) & (n > 1)) | opts.offload_params,
-            k.ZERO3_GATHERED_LAYERS.value * sizes.layer_params * layer_storage + sizes.embedding_params * 2.0,
-            0.0,
-        )
-        buckets = np.where((shard == DDP) & (n > 1), grad_bytes, 0.0)
-    if opts.framework == "litgpt" and not opts.offload_params:
-        # Each Lightning FSDP unit's FlatParameter holds frozen weights and adapters together and
-        # gets one gradient of its full size, sharded like the weights (see unsharded_gradient_bytes).
-        grads = np.where((shard == ZERO3) & (n > 1) & ~full, sizes.total_params * 2.0 / n, grads)
-    unsharded = unsharded_gradient_bytes(sizes, opts, method, shard, n_gpus, accumulating)
-    # Autocast on an fp32 model runs every matmul on a bf16 copy of its weight. Copies of trained
-    # weights are cached for the whole forward (torch autocast caches casts of leaf tensors that
-    # require grad); a frozen weight is recast at each use, and its copy is what the matmul saves
-    # to compute its input's gradient: kept for every layer without checkpointing, for the
-    # re-materialized layer with it. Gathered ZeRO-3 units are already the compute copies.
+        return gathered, buckets
+    # FSDP holds the current and the prefetched layer unsharded, and the root unit (what no
+    # decoder layer wraps: embeddings, an untied lm_head) stays unsharded from forward
+    # through backward, with its unsharded gradient when it trains. Offloaded parameters
+    # stream in one wrapped unit at a time, on one GPU as well.
+    layer_storage = np.where(method == FULL, st.state_bytes[0], st.base / sizes.total_params)
+    gathered = np.where(
+        ((shard == ZERO3) & (n > 1)) | opts.offload_params,
+        k.ZERO3_GATHERED_LAYERS.value * sizes.layer_params * layer_storage + sizes.embedding_params * 2.0,
+        0.0,
+    )
+    buckets = np.where((shard == DDP) & (n > 1), st.grad_bytes, 0.0)
+    return gathered, buckets
+
+
+def _autocast_copies(sizes: ModelSizes, dense: float, method: I, quant: I, shard: I, ckpt: I, n: F) -> F:
+    """bf16 copies of fp32 weights that autocast makes for its matmuls (bytes per GPU).
+
+    Autocast on an fp32 model runs every matmul on a bf16 copy of its weight. Copies of trained
+    weights are cached for the whole forward (torch autocast caches casts of leaf tensors that
+    require grad); a frozen weight is recast at each use, and its copy is what the matmul saves
+    to compute its input's gradient: kept for every layer without checkpointing, for the
+    re-materialized layer with it. Gathered ZeRO-3 units are already the compute copies.
+    """
     head = sizes.embedding_table_params
     frozen_copies = np.where(ckpt == 1, sizes.linear_params / sizes.layers, sizes.linear_params) + head
-    copies = np.where(full, sizes.linear_params + head, np.where(quant == Q16, frozen_copies, 0.0)) * 2.0
-    autocast = np.where((dense == 4.0) & ~((shard == ZERO3) & (n > 1)), copies, 0.0)
-    # Dequantization workspace: bitsandbytes expands one linear's weight to bf16 for its matmul,
-    # in forward and again in backward, and frees it after (bitsandbytes autograd/_functions.py
-    # MatMul4Bit: F.dequantize_4bit(B, quant_state) inside the matmul call); GPTQ kernels
-    # dequantize tile by tile inside the matmul and hold no bf16 copy.
+    copies = np.where(method == FULL, sizes.linear_params + head, np.where(quant == Q16, frozen_copies, 0.0)) * 2.0
+    out: F = np.where((dense == 4.0) & ~((shard == ZERO3) & (n > 1)), copies, 0.0)
+    return out
+
+
+def _dequant_workspace(sizes: ModelSizes, opts: MemoryOptions, quant: I) -> F:
+    """The bf16 weight a quantized matmul expands into, while it runs (bytes per GPU).
+
+    bitsandbytes expands one linear's weight to bf16 for its matmul, in forward and again in
+    backward, and frees it after (bitsandbytes autograd/_functions.py MatMul4Bit:
+    F.dequantize_4bit(B, quant_state) inside the matmul call); GPTQ kernels dequantize tile by tile
+    inside the matmul and hold no bf16 copy.
+    """
     widest = 0.0 if opts.quant_kernel == "gptq" else largest_linear(sizes) * 2.0
-    dequant = np.where(quant != Q16, widest, 0.0)
+    dequant: F = np.where(quant != Q16, widest, 0.0)
     if opts.head_is_quantized():
         # A quantized head is dequantized to bf16 whole in forward and backward, at the logits'
         # peak (LitGPT's bitsandbytes plugin quantizes it, see MemoryOptions).
         dequant = dequant + np.where(quant != Q16, sizes.embedding_table_params * 2.0, 0.0)
-    runtime = np.full(np.broadcast(n, method).shape, k.runtime_gib(opts.stack).value * k.GIB)
-    context = np.full(np.broadcast(n, method).shape, k.CUDA_CONTEXT_GIB.value * k.GIB)
-    nccl = np.where(n > 1, k.NCCL_GIB.value * k.GIB, 0.0)
+    return dequant
 
-    s, h, layers = float(seq_len), float(sizes.hidden), float(sizes.layers)
+
+def _activation_units(sizes: ModelSizes, opts: MemoryOptions, seq_len: int, method: I, quant: I) -> F:
+    """Bytes saved for backward per token and layer, in units of the hidden size (c of physics.md
+    §3), by configuration."""
     t = opts.lora_targets
 
     def lora_units(quantized_base: bool) -> float:
@@ -441,12 +483,19 @@ def memory_terms(
         )
 
     lora_c = np.where(quant != Q16, lora_units(opts.quant_kernel == "bitsandbytes"), lora_units(False))
-    c = np.where(full, sizes.activation_units(True, True), lora_c) * k.ACTIVATION_SCALE.value
+    c = np.where(method == FULL, sizes.activation_units(True, True), lora_c) * k.ACTIVATION_SCALE.value
     if not opts.flash_attention:
         # Eager attention keeps the softmax output (fp32) and its bf16 copy: a·s values of 6 bytes
         # per token and layer (physics.md §3.1: 5 with dropout masks in Korthikanti's count).
-        c = c + k.EAGER_ATTENTION_BYTES_PER_SCORE.value * sizes.heads * s / h
-    per_layer = c * s * h
+        c = c + k.EAGER_ATTENTION_BYTES_PER_SCORE.value * sizes.heads * float(seq_len) / float(sizes.hidden)
+    out: F = c
+    return out
+
+
+def _per_sample(sizes: ModelSizes, opts: MemoryOptions, seq_len: int, method: I, quant: I, ckpt: I) -> dict[str, F]:
+    """Dynamic memory per sequence of the micro-batch (bytes), before the margin."""
+    s, h, layers = float(seq_len), float(sizes.hidden), float(sizes.layers)
+    per_layer = _activation_units(sizes, opts, seq_len, method, quant) * s * h
     logit_total = s * sizes.vocab * LOSS_BYTES_PER_LOGIT[opts.loss]
     # Without checkpointing every layer's activations are alive when the logits are. With it,
     # the stored layer inputs are, but the one re-materialized layer comes after the loss and
@@ -462,7 +511,28 @@ def memory_terms(
     # sized short-lived tensors (the logits, the re-materialized layer) reserved beside the live
     # ones; activations kept through the step are reallocated in the same order every step.
     frag = k.RESERVED_FRAGMENTATION.value * (logits + recompute) if opts.variable_length else 0.0 * logits
+    return {"activations": stored, "recompute": recompute, "logits": logits, "fragmentation": frag}
 
+
+def memory_terms(
+    sizes: ModelSizes,
+    opts: MemoryOptions,
+    seq_len: int,
+    method: I,
+    quant: I,
+    shard: I,
+    ckpt: I,
+    n_gpus: I,
+    accumulating: B | bool = False,
+) -> MemoryTerms:
+    """Memory per GPU for each configuration (all arrays broadcast together).
+
+    `accumulating`: the step accumulates gradients over several micro-batches (grad_accum > 1),
+    which FSDP does with its gradients unsharded (see `unsharded_gradients`).
+    """
+    n = n_gpus.astype(np.float64)
+    st = _states(sizes, opts, method, quant, shard, n)
+    gathered, buckets = _gathered_and_buckets(sizes, opts, st, method, shard, n)
     shape = np.broadcast(n, method, quant, shard, ckpt).shape
 
     def b(x: F | float) -> F:
@@ -470,26 +540,21 @@ def memory_terms(
 
     return MemoryTerms(
         static={
-            "weights": b(weights),
-            "adapters": b(adapters),
-            "gradients": b(grads),
-            "unsharded_gradients": b(unsharded),
-            "optimizer": b(optim),
+            "weights": b(st.weights),
+            "adapters": b(st.adapters),
+            "gradients": b(st.grads),
+            "unsharded_gradients": b(unsharded_gradient_bytes(sizes, opts, method, shard, n_gpus, accumulating)),
+            "optimizer": b(st.optim),
             "gathered_shards": b(gathered),
             "comm_buckets": b(buckets),
-            "autocast_copies": b(autocast),
-            "dequant_workspace": b(dequant),
-            "framework_runtime": b(runtime),
-            "cuda_context": b(context),
-            "nccl": b(nccl),
+            "autocast_copies": b(_autocast_copies(sizes, st.dense, method, quant, shard, ckpt, n)),
+            "dequant_workspace": b(_dequant_workspace(sizes, opts, quant)),
+            "framework_runtime": b(k.runtime_gib(opts.stack).value * k.GIB),
+            "cuda_context": b(k.CUDA_CONTEXT_GIB.value * k.GIB),
+            "nccl": b(np.where(n > 1, k.NCCL_GIB.value * k.GIB, 0.0)),
         },
-        per_sample={
-            "activations": b(stored),
-            "recompute": b(recompute),
-            "logits": b(logits),
-            "fragmentation": b(frag),
-        },
-        managed={"paged_optimizer": b(paged)},
+        per_sample={name: b(v) for name, v in _per_sample(sizes, opts, seq_len, method, quant, ckpt).items()},
+        managed={"paged_optimizer": b(st.paged)},
     )
 
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ftsolve.catalog._models import Offer
+from ftsolve.catalog import Offer
 from ftsolve.solver._job import JobSpec
 
 SCHEMA_VERSION = 1

@@ -8,7 +8,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ftsolve._errors import CatalogError
-from ftsolve.catalog._models import GpuSpec
+from ftsolve.catalog import GpuSpec
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._memory import (
     DDP,
@@ -64,6 +64,14 @@ def intra_node_bus_gb_per_s(gpu: GpuSpec) -> float:
         if gen in gpu.interconnect:
             return k.PCIE_BUS_GB_PER_S[gen].value
     return k.PCIE_BUS_GB_PER_S["pcie4"].value
+
+
+def bus_gb_per_s(intra_gb_per_s: F, nodes: I, inter_node_gbit: F) -> F:
+    """NCCL bus bandwidth of a job: the node's, or the network's where the job spans nodes and the
+    network is slower (physics.md §9.2)."""
+    inter = inter_node_gbit * k.INTER_NODE_EFFICIENCY.value / 8.0
+    out: F = np.where(nodes > 1, np.minimum(intra_gb_per_s, inter), intra_gb_per_s)
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,84 @@
+"""Constraints: one named object each (name, label, which candidates meet it).
+
+The candidate table holds one mask per entry, in registry order (`CandidateTable.masks`); a plan
+is feasible where every mask holds; explanations name a constraint by its label. Adding a
+constraint is one entry here (and its test).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ftsolve.solver._cost import bounded
+
+if TYPE_CHECKING:
+    from ftsolve.solver._grid import CandidateTable
+    from ftsolve.solver._job import JobSpec
+
+B = NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A requirement every plan meets."""
+
+    name: str
+    label: str  # how explanations name it
+    mask: Callable[[JobSpec, CandidateTable], B]  # the candidates that meet it
+
+
+def _quota(job: JobSpec, t: CandidateTable) -> B:
+    """Candidates within the user's GPU quota at their provider (no quota: no limit)."""
+    ok = np.ones(len(t), dtype=bool)
+    if job.gpu_quota:
+        provider = t.offer_arrays.provider[t.offer_idx]
+        for name, limit in job.gpu_quota.items():
+            ok &= (provider != name.lower()) | (t.n_gpus <= limit)
+    return ok
+
+
+# Time and cost exist only where a configuration runs at all: candidates that do not fit or are not
+# supported count as meeting the deadline and the budget (memory or compatibility rules them out).
+def _bounded(job: JobSpec, t: CandidateTable) -> B:
+    out: B = ~t.runnable | bounded(t.total_cents, t.expected_hours, t.quantile_hours)
+    return out
+
+
+def _deadline(job: JobSpec, t: CandidateTable) -> B:
+    if job.deadline_hours is None:
+        return np.ones(len(t), dtype=bool)
+    out: B = ~t.runnable | (t.quantile_hours <= job.deadline_hours)
+    return out
+
+
+def _budget(job: JobSpec, t: CandidateTable) -> B:
+    if job.budget_usd is None:
+        return np.ones(len(t), dtype=bool)
+    out: B = ~t.runnable | (t.total_cents <= math.floor(job.budget_usd * 100 + 1e-6))
+    return out
+
+
+CONSTRAINTS: tuple[Constraint, ...] = (
+    Constraint("compatibility", "hardware/software compatibility", lambda job, t: t.compatible),
+    Constraint("quota", "your GPU quotas", _quota),
+    Constraint("memory", "memory fit", lambda job, t: t.micro_batch >= 1),
+    Constraint("bounded", "a finite cost and time (under 10^12 USD and 10^6 hours)", _bounded),
+    Constraint("deadline", "the deadline", _deadline),
+    Constraint("budget", "the budget", _budget),
+)
+
+
+def constraint_names() -> tuple[str, ...]:
+    """The registry's names, in order, read when called (tests may extend it)."""
+    return tuple(c.name for c in CONSTRAINTS)
+
+
+def labels() -> dict[str, str]:
+    """How explanations name each constraint."""
+    return {c.name: c.label for c in CONSTRAINTS}
