@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import datetime as dt
 import functools
+import inspect
 import json
 import math
 import os
@@ -918,7 +919,11 @@ def _reject_constant(name: str) -> Any:
 def run_cli(case: CliCase, timeout_s: float = HARD_TIMEOUT_S) -> Outcome:
     """Invoke the CLI in-process and check the invariants."""
     out = Outcome()
-    runner = CliRunner(mix_stderr=False)
+    # click < 8.2 mixes stderr into stdout unless told not to; 8.2+ always keeps it apart.
+    separate: dict[str, Any] = (
+        {"mix_stderr": False} if "mix_stderr" in inspect.signature(CliRunner.__init__).parameters else {}
+    )
+    runner = CliRunner(**separate)
     start = time.perf_counter()
     try:
         with _time_limit(timeout_s), warnings.catch_warnings():

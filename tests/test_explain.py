@@ -230,7 +230,7 @@ def test_quota_limits_gpus_per_provider_and_is_explained() -> None:
         ftsolve.plan(tight)
     inf = info.value.infeasibility
     assert any("quota" in c for c in inf.conflicts)
-    assert any(r.constraint == "gpu_quota" for r in inf.relaxations)
+    assert any(r.constraint == "quota" for r in inf.relaxations)
 
 
 def test_the_70b_job_gets_a_numeric_frontier_and_a_joint_change_that_works() -> None:

@@ -72,10 +72,17 @@ RECIPE_FIELDS = tuple(sorted((n for n in FLAG_FIELDS if field_group(n) == "recip
 _FIELD_ORDER = tuple(sorted(FLAG_FIELDS, key=lambda n: n in RECIPE_FIELDS and n != "stack"))
 
 
+# click 8.2+ makes ParamType generic (value, input); older clicks cannot be subscripted at run time.
+if typing.TYPE_CHECKING:
+    _ParamType = click.ParamType[Any, Any]
+else:
+    _ParamType = click.ParamType
+
+
 # --- Types: human input to field values, one line "Error: ..." and exit 2 when it is not one ---
 
 
-class UnitValue(click.ParamType):
+class UnitValue(_ParamType):
     """A number in human units (50M tokens, 24h, $300), parsed as a job file's value is."""
 
     def __init__(self, unit: str) -> None:
@@ -91,7 +98,7 @@ class UnitValue(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-class CommaList(click.ParamType):
+class CommaList(_ParamType):
     """Comma-separated values: h100-sxm,l40s."""
 
     name = "list"
@@ -105,7 +112,7 @@ class CommaList(click.ParamType):
         return items
 
 
-class ProviderCounts(click.ParamType):
+class ProviderCounts(_ParamType):
     """provider=GPUs pairs: aws=8,gcp=16."""
 
     name = "quota"
@@ -135,7 +142,7 @@ def _without_none(annotation: Any) -> Any:
     return annotation
 
 
-def _param_type(name: str) -> tuple[click.ParamType | None, str | None, str]:
+def _param_type(name: str) -> tuple[_ParamType | None, str | None, str]:
     """(click type, metavar, a note for the full help) for a field; (None, None, '') for a switch."""
     annotation = _without_none(JobSpec.model_fields[name].annotation)
     unit = field_unit(name)

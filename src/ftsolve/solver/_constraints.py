@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ftsolve.solver._cost import bounded
+from ftsolve.solver._plans import JobValue
 
 if TYPE_CHECKING:
     from ftsolve.solver._grid import CandidateTable
@@ -24,13 +25,20 @@ if TYPE_CHECKING:
 B = NDArray[np.bool_]
 
 
+# (words, JobSpec fields to change, the new limit): the least change of one requirement that lets
+# some candidate through. Explanations verify it by re-planning with the fields changed.
+Proposal = tuple[str, dict[str, JobValue], float | None]
+
+
 @dataclass(frozen=True)
 class Constraint:
-    """A requirement every plan meets."""
+    """A requirement every plan meets, and the relaxation it offers (None: it is met only by
+    changing something else, such as the recipe or the hardware)."""
 
     name: str
     label: str  # how explanations name it
     mask: Callable[[JobSpec, CandidateTable], B]  # the candidates that meet it
+    relax: Callable[[JobSpec, CandidateTable], Proposal | None] | None = None
 
 
 def _quota(job: JobSpec, t: CandidateTable) -> B:
@@ -64,13 +72,33 @@ def _budget(job: JobSpec, t: CandidateTable) -> B:
     return out
 
 
+def _relax_deadline(job: JobSpec, t: CandidateTable) -> Proposal | None:
+    others = t.feasible(ignore=("deadline",))
+    if job.deadline_hours is None or not others.any():
+        return None
+    need = math.ceil(float(np.min(t.quantile_hours[others])) * 10) / 10
+    return f"deadline >= {need:.1f} h", {"deadline_hours": need}, need
+
+
+def _relax_budget(job: JobSpec, t: CandidateTable) -> Proposal | None:
+    others = t.feasible(ignore=("budget",))
+    if job.budget_usd is None or not others.any():
+        return None
+    need = int(np.min(t.total_cents[others])) / 100
+    return f"budget >= {need:.2f} USD", {"budget_usd": need}, need
+
+
+def _relax_quota(job: JobSpec, t: CandidateTable) -> Proposal | None:
+    return ("raise or drop the GPU quotas", {"gpu_quota": None}, None) if job.gpu_quota else None
+
+
 CONSTRAINTS: tuple[Constraint, ...] = (
     Constraint("compatibility", "hardware/software compatibility", lambda job, t: t.compatible),
-    Constraint("quota", "your GPU quotas", _quota),
+    Constraint("quota", "your GPU quotas", _quota, _relax_quota),
     Constraint("memory", "memory fit", lambda job, t: t.micro_batch >= 1),
     Constraint("bounded", "a finite cost and time (under 10^12 USD and 10^6 hours)", _bounded),
-    Constraint("deadline", "the deadline", _deadline),
-    Constraint("budget", "the budget", _budget),
+    Constraint("deadline", "the deadline", _deadline, _relax_deadline),
+    Constraint("budget", "the budget", _budget, _relax_budget),
 )
 
 

@@ -16,6 +16,7 @@ the cap is searched only where one of those blocks, in one wide table rather tha
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from itertools import combinations
@@ -23,7 +24,8 @@ from itertools import combinations
 import numpy as np
 from numpy.typing import NDArray
 
-from ftsolve.solver._grid import CONSTRAINTS, CandidateTable
+from ftsolve.solver import _constraints
+from ftsolve.solver._grid import CandidateTable
 from ftsolve.solver._job import MARKETS, METHODS, JobSpec
 from ftsolve.solver._objectives import best_row
 from ftsolve.solver._plans import Extreme, Infeasibility, JobValue, Relaxation
@@ -36,20 +38,13 @@ B = NDArray[np.bool_]
 WIDE_MAX_GPUS = 1024
 WIDE_MAX_NODES = 128
 LIMITS = ("deadline", "budget")
-
-_NAMES = {
-    "compatibility": "hardware/software compatibility",
-    "quota": "your GPU quotas",
-    "memory": "memory fit",
-    "bounded": "a finite cost and time (under 10^12 USD and 10^6 hours)",
-    "deadline": "the deadline",
-    "budget": "the budget",
-}
-
+# Job fields that change which candidates pass, not what any candidate costs or takes (the
+# deadline does change prices: it sets the fallback's interruptible share).
+PRICE_NEUTRAL = {"budget_usd", "gpu_quota"}
 
 def minimal_conflicts(table: CandidateTable) -> list[tuple[str, ...]]:
     """All minimal sets of constraints that no candidate satisfies together (exact, 2^k masks)."""
-    names = [c for c in CONSTRAINTS if c in table.masks]
+    names = list(table.masks)  # registry order
     found: list[tuple[str, ...]] = []
     for size in range(1, len(names) + 1):
         for subset in combinations(names, size):
@@ -73,7 +68,10 @@ class _Search:
         key = repr(sorted(updates.items()))
         if key not in self.tables:
             trial = self.job.model_copy(update=updates)
-            self.tables[key] = (trial, self.rebuild(trial))
+            if set(updates) <= PRICE_NEUTRAL:  # the same candidates and prices; only the masks change
+                self.tables[key] = (trial, dataclasses.replace(self.tables["{}"][1], job=trial))
+            else:
+                self.tables[key] = (trial, self.rebuild(trial))
         return self.tables[key]
 
     def relax(self, constraint: str, change: str, updates: Updates, value: float | None = None) -> Relaxation | None:
@@ -119,18 +117,15 @@ def diagnose(job: JobSpec, table: CandidateTable, rebuild: Rebuild) -> Infeasibi
 
 
 def _limit_relaxations(job: JobSpec, table: CandidateTable, search: _Search) -> list[Relaxation]:
-    """The deadline or the budget alone: the least value that lets some candidate through."""
+    """Each constraint's own relaxation (deadline, budget, quotas): the least change that lets
+    some candidate through, verified."""
     out = []
-    others = table.feasible(ignore=("deadline",))
-    if job.deadline_hours is not None and others.any():
-        need = math.ceil(float(np.min(table.quantile_hours[others])) * 10) / 10
-        found = search.relax("deadline", f"deadline >= {need:.1f} h", {"deadline_hours": need}, need)
-        out += [found] if found is not None else []
-    others = table.feasible(ignore=("budget",))
-    if job.budget_usd is not None and others.any():
-        need = int(np.min(table.total_cents[others])) / 100
-        found = search.relax("budget", f"budget >= {need:.2f} USD", {"budget_usd": need}, need)
-        out += [found] if found is not None else []
+    for c in _constraints.CONSTRAINTS:
+        proposal = c.relax(job, table) if c.relax is not None else None
+        if proposal is not None:
+            change, updates, value = proposal
+            found = search.relax(c.name, change, updates, value)
+            out += [found] if found is not None else []
     return out
 
 
@@ -183,8 +178,9 @@ def _hardware_relaxations(job: JobSpec, conflicts: list[tuple[str, ...]], search
     out = [r for c, change, u in trials if (r := search.relax(c, change, u)) is not None]
     cap = _cap_relaxation(job, conflicts, search)
     out += [cap] if cap is not None else []
-    drops: list[tuple[str, str, Updates]] = [("gpu_quota", "raise or drop the GPU quotas", {"gpu_quota": None})]
-    drops += [(f, f"drop the {f} filter", {f: None}) for f in ("providers", "regions", "countries", "gpus")]
+    drops: list[tuple[str, str, Updates]] = [
+        (f, f"drop the {f} filter", {f: None}) for f in ("providers", "regions", "countries", "gpus")
+    ]
     drops += [("eu_only", "allow offers outside the EU/EEA", {"eu_only": False})]
     for constraint, change, updates in drops:
         field = next(iter(updates))
@@ -325,10 +321,11 @@ def _summary(
     relaxations: list[Relaxation],
     frontier: tuple[Extreme, ...],
 ) -> str:
-    parts = [" + ".join(_NAMES[c] for c in conf) for conf in conflicts]
+    names = _constraints.labels()
+    parts = [" + ".join(names[c] for c in conf) for conf in conflicts]
     summary = f"no plan meets every requirement: {'; '.join(parts) or 'constraints'} cannot all hold"
     if len(conflicts) == 1 and len(conflicts[0]) == 1:
-        summary = f"no plan meets every requirement: {_NAMES[conflicts[0][0]]} rules out all {len(table)} candidates"
+        summary = f"no plan meets every requirement: {names[conflicts[0][0]]} rules out all {len(table)} candidates"
     single = [r for r in relaxations if "+" not in r.constraint]
     if single:
         return summary + ". Relax one of: " + ", or ".join(_plan_words(r) for r in single)
