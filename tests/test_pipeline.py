@@ -27,10 +27,11 @@ def test_each_stage_returns_a_small_frozen_record() -> None:
     opts = job.memory_options()
     table = build_candidates(job, CATALOG)
     sizes = table.sizes
-    rows = _pipeline.offer_rows(job, CATALOG, prune=True)
+    arr = _pipeline.planning_arrays(job, CATALOG)
+    rows = _pipeline.offer_rows(job, CATALOG, arr, prune=True)
     physics = _pipeline.pair_physics(job, opts, sizes, rows.hardware)
     cands = _pipeline.candidates(rows, physics)
-    runs = _pipeline.run_inputs(job, opts, sizes, CATALOG.arrays, cands, physics)
+    runs = _pipeline.run_inputs(job, opts, sizes, arr, cands, physics)
     for record in (rows, rows.hardware, physics, physics.memory, cands, runs):
         assert dataclasses.is_dataclass(record)
         with pytest.raises(dataclasses.FrozenInstanceError):

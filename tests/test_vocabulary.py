@@ -58,7 +58,7 @@ def test_every_field_has_a_title_a_description_and_a_help_section() -> None:
     for name, info in JobSpec.model_fields.items():
         assert info.description and info.title, name
         extra = info.json_schema_extra
-        assert isinstance(extra, dict) and extra["group"] in ("job", "recipe", "constraints"), name
+        assert isinstance(extra, dict) and extra["group"] in ("job", "recipe", "constraints", "policy"), name
 
 
 def _help_default(help_text: str, option: str) -> str:
@@ -70,7 +70,7 @@ def _help_default(help_text: str, option: str) -> str:
 
 def test_help_shows_jobspecs_defaults() -> None:
     help_text = CliRunner().invoke(cli, ["plan", "--help"]).output
-    for field in ("global_batch_size", "deadline_confidence", "max_gpus", "max_nodes", "trial_fraction", "objective"):
+    for field in ("global_batch_size", "deadline_confidence", "max_gpus", "max_nodes", "objective"):
         default = JobSpec.model_fields[field].get_default()
         shown = _help_default(help_text, flag(field))
         assert shown == (f"{default:g}" if isinstance(default, float) else str(default)), field

@@ -1,6 +1,6 @@
 """GPU hardware, rentable offers and model architectures, with source and date on every figure."""
 
-from ftsolve.catalog._arrays import BILLING_CODES, DEFAULT_INTER_NODE_GBIT, OfferArrays
+from ftsolve.catalog._arrays import BILLING_CODES, DEFAULT_INTER_NODE_GBIT, OfferArrays, planning_prices
 from ftsolve.catalog._hf import arch_from_config, config_json_path, load_config_json
 from ftsolve.catalog._load import Catalog, load_catalog, load_gpus, parse_offers
 from ftsolve.catalog._models import GpuSpec, ModelArch, Offer
@@ -31,6 +31,7 @@ __all__ = [
     "load_config_json",
     "load_gpus",
     "parse_offers",
+    "planning_prices",
     "provider_defaults",
     "resolve_gpu",
 ]

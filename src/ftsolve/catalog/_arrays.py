@@ -39,6 +39,7 @@ class OfferArrays:
     storage_usd_per_gb_month: F
     egress_usd_per_gb: F
     inter_node_gbit: F
+    cluster_network: NDArray[np.bool_]  # sold as multi-node clusters with a stated network
     billing: I
     profile: I  # same value = same cost-relevant provider facts (rate, provisioning, storage, ...)
     timing: I  # same value = same provisioning time and interruption rate (what the time model reads)
@@ -95,6 +96,15 @@ class OfferArrays:
             storage_usd_per_gb_month=storage,
             egress_usd_per_gb=egress,
             inter_node_gbit=net,
+            # A cluster is 8-GPU nodes from a provider that states its inter-node network (EFA,
+            # InfiniBand, ...); single GPUs and marketplace hosts are independent machines.
+            cluster_network=np.array(
+                [
+                    d.inter_node_gbit_per_s is not None and o.gpus_per_node >= 8
+                    for o, d in zip(offers, defaults, strict=True)
+                ],
+                dtype=np.bool_,
+            ),
             billing=billing,
             profile=profile.reshape(-1).astype(np.int64),
             timing=timing.reshape(-1).astype(np.int64),

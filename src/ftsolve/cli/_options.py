@@ -37,7 +37,12 @@ UNITS: dict[str, tuple[Callable[[str], float], str, str]] = {
     "hours": (parse_hours, "HOURS", "24h, 90m, 2d"),
     "usd": (parse_usd, "USD", "300, $1.2k"),
 }
-SECTIONS = {"job": "Job", "recipe": "Training recipe", "constraints": "Constraints"}
+SECTIONS = {"job": "Job", "recipe": "Training recipe", "constraints": "Constraints", "policy": "More"}
+# Sections whose --help lists flag names only (with this lead-in); --help-all describes each.
+COMPACT = {
+    "Training recipe": "The stack's defaults fill what is not given (--help-all):",
+    "More": "Data, trials, start-up, storage, headroom, batch, preferences (--help-all):",
+}
 OTHER_SECTION = "Output and catalog"
 # Options that describe the job but are not one field each: the model is a preset (--model) or a
 # config.json (--config), and --job reads every field from a file.
@@ -298,21 +303,21 @@ class GroupedCommand(click.Command):
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         full = bool(ctx.meta.get(_HELP_ALL))
         rows: dict[str, list[tuple[str, str]]] = {title: [] for title in (*SECTIONS.values(), OTHER_SECTION)}
-        recipe: list[str] = []
+        names: dict[str, list[str]] = {section: [] for section in COMPACT}
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
             if record is None:
                 continue
             section = _section(param)
             if isinstance(param, FieldOption) and not full:
-                if section == SECTIONS["recipe"]:
-                    recipe.append(param.opts[0])
+                if section in COMPACT:
+                    names[section].append(param.opts[0])
                     continue
                 record = param.summary_record()
             rows[section].append(record)
         for section, records in rows.items():
-            if section == SECTIONS["recipe"] and recipe:
-                _write_names(formatter, section, recipe)
+            if names.get(section):
+                _write_names(formatter, section, names[section])
             elif records:
                 with formatter.section(section):
                     formatter.write_dl(records)
@@ -326,7 +331,7 @@ def _section(param: click.Parameter) -> str:
 
 def _write_names(formatter: click.HelpFormatter, section: str, flags: list[str]) -> None:
     with formatter.section(section):
-        intro = "The stack's defaults fill what is not given (--help-all):"
+        intro = COMPACT[section]
         width = max(formatter.width - formatter.current_indent, 40)
         for line in textwrap.wrap(" ".join([intro, *flags]), width, break_on_hyphens=False, break_long_words=False):
             formatter.write(f"{'':>{formatter.current_indent}}{line}\n")

@@ -7,6 +7,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
+from ftsolve._calibration import calibration_assumptions
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
 from ftsolve.catalog import Catalog, Offer, load_catalog, provider_defaults
 from ftsolve.solver import _coefficients as k
@@ -16,7 +17,7 @@ from ftsolve.solver._grid import CandidateTable, build_candidates
 from ftsolve.solver._items import item_specs, storage_source
 from ftsolve.solver._job import MARKETS, JobSpec
 from ftsolve.solver._memory import METHOD_NAMES, QUANT_NAMES, SHARD_NAMES
-from ftsolve.solver._objectives import OBJECTIVES, objective_key
+from ftsolve.solver._objectives import OBJECTIVES, objective_key, preference_terms
 from ftsolve.solver._plans import CostItem, MemoryBreakdown, Plan, PlanSet, TimeBreakdown
 
 
@@ -91,6 +92,7 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int,
         gradient_checkpointing=bool(t.ckpt[i]),
         micro_batch=int(t.micro_batch[i]),
         grad_accum=int(t.grad_accum[i]),
+        global_batch=int(t.global_batch[i]),
         market=MARKETS[int(t.market[i])],
         price_usd_per_gpu_hour=float(t.price_usd_per_gpu_hour[i]),
         price_date=offer.price_date,
@@ -111,6 +113,8 @@ def _memory_breakdown(t: CandidateTable, i: int) -> MemoryBreakdown:
         peak_gib=round(float(t.peak_gib[i]), 3),
         usable_gib=round(float(t.usable_gib[i]), 3),
         card_gib=round(float(t.usable_gib[i]) / k.USABLE_MEMORY_FRACTION.value, 3),
+        band=round(float(t.memory_band[i]), 3),
+        headroom_gib=round(float(t.usable_gib[i] - t.peak_gib[i] * (1.0 + t.memory_band[i])), 3),
     )
 
 
@@ -175,11 +179,12 @@ def _assumptions(job: JobSpec, t: CandidateTable, i: int, offer: Offer, memory: 
         )
     if job.trial_runs or job.failure_probability:
         out.append("trial runs and failed attempts are priced as scaled copies of the final run on the same plan")
+    out.extend(calibration_assumptions(job, offer.gpu, METHOD_NAMES[int(t.method[i])]))
     return tuple(out)
 
 
 def _slack(job: JobSpec, t: CandidateTable, i: int) -> dict[str, float]:
-    slack = {"memory_gib": round(float(t.usable_gib[i] - t.peak_gib[i]), 3)}
+    slack = {"memory_gib": round(float(t.usable_gib[i] - t.peak_gib[i] * (1.0 + t.memory_band[i])), 3)}
     if job.deadline_hours is not None:
         slack["deadline_hours"] = round(job.deadline_hours - float(t.quantile_hours[i]), 4)
     if job.budget_usd is not None:
@@ -215,6 +220,8 @@ def _why(
         d_cost = int(t.total_cents[nxt]) / 100 - cost_i
         d_h = float(t.expected_hours[nxt]) - hours_i
         beats = f"; beats #{rank + 1} ({_label(t, nxt)}) by {d_cost:+.2f} USD, {d_h:+.1f} h"
+        if d_cost < 0:
+            beats += _preferred(job, t, i, nxt)
     what = OBJECTIVES[job.objective].why(job)
     if rank == 1:
         return f"{what} among {int(t.feasible().sum())} feasible candidates{beats}{tight}"
@@ -234,6 +241,13 @@ def _why(
     return f"{d_cost:+.2f} USD ({pct:+.0f}%) vs plan 1 with {what}; {speed}{beats}{tight}"
 
 
+def _preferred(job: JobSpec, t: CandidateTable, i: int, j: int) -> str:
+    """Why plan i ranks above the cheaper plan j: the preferences j pays for."""
+    terms = preference_terms(job, t)
+    reasons = [name for name, extra in terms.items() if extra[j] > extra[i]]
+    return f" (preferred within {job.tie_tolerance:.0%}: {', '.join(reasons)})" if reasons else ""
+
+
 def _failure(job: JobSpec, t: CandidateTable, rows: NDArray[np.int64]) -> str:
     """The nearest miss among `rows` (candidates of one offer), per method, in words."""
     parts = []
@@ -246,8 +260,11 @@ def _failure(job: JobSpec, t: CandidateTable, rows: NDArray[np.int64]) -> str:
             continue
         fit = compat[t.masks["memory"][compat]]
         if fit.size == 0:
-            j = compat[np.argmin(t.peak_gib[compat])]
-            parts.append(f"needs {t.peak_gib[j]:.1f} GiB of {t.usable_gib[j]:.1f} GiB with {name}")
+            need = t.peak_gib[compat] * (1.0 + t.memory_band[compat])
+            j = int(np.argmin(need))
+            parts.append(
+                f"needs {need[j]:.1f} GiB of {t.usable_gib[compat[j]]:.1f} GiB with {name} (peak + headroom)"
+            )
             continue
         on_time = fit[t.masks["deadline"][fit]]
         if on_time.size == 0 and job.deadline_hours is not None:
@@ -333,8 +350,9 @@ def check_plan(job: JobSpec, catalog: Catalog, p: Plan) -> list[str]:
     problems = []
     if not t.masks["compatibility"][i]:
         problems.append("configuration not supported on this GPU")
-    if t.peak_gib[i] > t.usable_gib[i] + 1e-9:
-        problems.append(f"memory {t.peak_gib[i]:.2f} GiB exceeds usable {t.usable_gib[i]:.2f} GiB")
+    need = t.peak_gib[i] * (1.0 + t.memory_band[i])
+    if need > t.usable_gib[i] + 1e-9:
+        problems.append(f"memory {need:.2f} GiB with headroom exceeds usable {t.usable_gib[i]:.2f} GiB")
     if not t.masks["memory"][i]:
         problems.append("memory constraint fails")
     if job.deadline_hours is not None and t.quantile_hours[i] > job.deadline_hours:
@@ -345,8 +363,11 @@ def check_plan(job: JobSpec, catalog: Catalog, p: Plan) -> list[str]:
         problems.append(f"recomputed cost {int(t.total_cents[i]) / 100:.2f} differs from plan {p.total_cost_usd:.2f}")
     if round(sum(c.usd for c in p.cost_items) * 100) != round(p.total_cost_usd * 100):
         problems.append("cost items do not sum to the total")
-    if p.micro_batch * p.grad_accum * p.n_gpus < job.global_batch_size:
-        problems.append("micro-batch x accumulation x GPUs is below the global batch")
+    effective = p.micro_batch * p.grad_accum * p.n_gpus
+    if effective != p.global_batch or not job.global_batch_size <= effective <= job.global_batch_size * (
+        1.0 + job.batch_tolerance
+    ):
+        problems.append(f"micro-batch x accumulation x GPUs = {effective}, not the global batch the job allows")
     return problems + _figure_problems(p)
 
 

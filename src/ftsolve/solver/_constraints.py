@@ -72,6 +72,20 @@ def _budget(job: JobSpec, t: CandidateTable) -> B:
     return out
 
 
+def _batch(job: JobSpec, t: CandidateTable) -> B:
+    """The global batch held: exactly, or within the excess the user allows."""
+    out: B = t.global_batch <= job.global_batch_size * (1.0 + job.batch_tolerance) + 1e-9
+    return out
+
+
+def _relax_batch(job: JobSpec, t: CandidateTable) -> Proposal | None:
+    others = t.feasible(ignore=("batch",))
+    if not others.any():
+        return None
+    need = math.ceil((float(np.min(t.global_batch[others])) / job.global_batch_size - 1.0) * 100) / 100
+    return f"batch_tolerance >= {need:.2f} (a larger effective global batch)", {"batch_tolerance": need}, need
+
+
 def _relax_deadline(job: JobSpec, t: CandidateTable) -> Proposal | None:
     others = t.feasible(ignore=("deadline",))
     if job.deadline_hours is None or not others.any():
@@ -95,7 +109,8 @@ def _relax_quota(job: JobSpec, t: CandidateTable) -> Proposal | None:
 CONSTRAINTS: tuple[Constraint, ...] = (
     Constraint("compatibility", "hardware/software compatibility", lambda job, t: t.compatible),
     Constraint("quota", "your GPU quotas", _quota, _relax_quota),
-    Constraint("memory", "memory fit", lambda job, t: t.micro_batch >= 1),
+    Constraint("memory", "memory fit with headroom", lambda job, t: t.micro_batch >= 1),
+    Constraint("batch", "the global batch", _batch, _relax_batch),
     Constraint("bounded", "a finite cost and time (under 10^12 USD and 10^6 hours)", _bounded),
     Constraint("deadline", "the deadline", _deadline, _relax_deadline),
     Constraint("budget", "the budget", _budget, _relax_budget),

@@ -35,6 +35,7 @@ from ftsolve.solver._pipeline import (
     launchable_node_counts,
     offer_rows,
     pair_physics,
+    planning_arrays,
     run_inputs,
     same_time_rows,
 )
@@ -163,6 +164,16 @@ class CandidateTable:
         return self._per_pair(self.physics.memory.usable_bytes) / k.GIB
 
     @cached_property
+    def memory_band(self) -> F:
+        """Headroom kept above the predicted peak, as a share of it."""
+        return self._per_pair(self.physics.memory.band)
+
+    @cached_property
+    def global_batch(self) -> I:
+        """Micro-batch x accumulation x GPUs: the batch each candidate really trains with."""
+        return self._per_pair(self.physics.memory.global_batch)
+
+    @cached_property
     def tokens_per_s(self) -> F:
         return self._per_pair(self.physics.step.tokens_per_s)
 
@@ -198,18 +209,19 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
     arch = resolve_model(job, catalog)
     opts = job.memory_options()
     sizes = ModelSizes.of(arch, job.lora_rank, job.lora_targets, opts.framework)
-    rows = offer_rows(job, catalog, prune)
+    arr = planning_arrays(job, catalog)
+    rows = offer_rows(job, catalog, arr, prune)
     physics = pair_physics(job, opts, sizes, rows.hardware)
     c = candidates(rows, physics)
-    runs = run_inputs(job, opts, sizes, catalog.arrays, c, physics)
-    priced = _price(job, c, runs, _same_time_as(catalog.arrays, rows, c))
+    runs = run_inputs(job, opts, sizes, arr, c, physics)
+    priced = _price(job, c, runs, _same_time_as(arr, rows, c))
     c, startup_h, rate = priced.candidates, priced.startup_h, priced.rate
     costs = priced.costs
     tie_rank, group = _ranks(rows, c, len(catalog.offers))
     return CandidateTable(
         job=job,
         offers=catalog.offers,
-        offer_arrays=catalog.arrays,
+        offer_arrays=arr,
         gpu_specs=catalog.gpus,
         arch=arch,
         sizes=sizes,

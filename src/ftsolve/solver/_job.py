@@ -79,7 +79,9 @@ def iso_country(code: str) -> str:
     return _COUNTRY_ALIASES.get(c, c)
 
 
-def _cli(group: Literal["job", "recipe", "constraints"], *aliases: str, unit: Unit | None = None) -> dict[str, Any]:
+def _cli(
+    group: Literal["job", "recipe", "constraints", "policy"], *aliases: str, unit: Unit | None = None
+) -> dict[str, Any]:
     """A field's metadata for the command line (and the JSON Schema): its help section, the older
     flag spellings kept as aliases, and the human unit its value may be written in (job files too)."""
     extra: dict[str, Any] = {"group": group}
@@ -237,6 +239,55 @@ class JobSpec(BaseModel):
         description="quantize lm_head with the layers (LitGPT does, others do not)",
         json_schema_extra=_cli("recipe", "--quantize-head"),
     )
+    early_stop_patience: int | None = Field(
+        default=None,
+        gt=0,
+        le=10_000,
+        title="Evaluations without improvement before stopping",
+        description="stop when the evaluation loss has not improved for this many evaluations (exports only; "
+        "the plan still prices the whole token budget)",
+        json_schema_extra=_cli("recipe"),
+    )
+    memory_margin: float | None = Field(
+        default=None,
+        ge=0,
+        le=1.0,
+        title="Memory headroom over the predicted peak",
+        description="headroom kept above the predicted peak, as a share of it (default: the estimate's "
+        "validated band for the method and stack, e.g. 0.29 for LoRA on hf)",
+        json_schema_extra=_cli("policy"),
+    )
+    calibration: bool = Field(
+        default=True,
+        title="Use your calibrations",
+        description="correct tokens/s and activation memory with your measured runs (`ftsolve calibrate`, "
+        "$FTSOLVE_HOME/calibration.json); off plans on the model alone",
+        json_schema_extra=_cli("policy"),
+    )
+    batch_tolerance: float = Field(
+        default=0.0,
+        ge=0,
+        le=1.0,
+        title="Allowed excess of the effective global batch",
+        description="how far micro-batch x accumulation x GPUs may exceed the requested global batch "
+        "(0: exactly the requested batch)",
+        json_schema_extra=_cli("policy"),
+    )
+    tie_tolerance: float = Field(
+        default=0.03,
+        ge=0,
+        le=0.5,
+        title="Cost tolerance of the plan preferences",
+        description="within this share of cost, prefer LoRA over QLoRA, one node over several and "
+        "on-demand over interruptible capacity (each preference counts as this much extra cost)",
+        json_schema_extra=_cli("policy"),
+    )
+    allow_floor_prices: bool = Field(
+        default=False,
+        title="Plan on 'from' (floor) prices",
+        description="also plan on prices a provider states only as a floor ('from 0.99 USD/h')",
+        json_schema_extra=_cli("policy"),
+    )
     deadline_hours: float | None = Field(
         default=None,
         gt=0,
@@ -339,7 +390,7 @@ class JobSpec(BaseModel):
         le=1.0,
         title="Share of real tokens",
         description="share of real (non-padding) tokens; 1.0 when packed",
-        json_schema_extra=_cli("job"),
+        json_schema_extra=_cli("policy"),
     )
     eval_fraction: float = Field(
         default=0.0,
@@ -347,7 +398,7 @@ class JobSpec(BaseModel):
         le=10.0,
         title="Evaluation tokens per training token",
         description="evaluation tokens as a share of training tokens (forward only)",
-        json_schema_extra=_cli("job"),
+        json_schema_extra=_cli("policy"),
     )
     download_mb_per_s: float = Field(
         default=200.0,
@@ -355,7 +406,7 @@ class JobSpec(BaseModel):
         le=1e6,
         title="Model download MB/s",
         description="base-model download bandwidth (10 kB/s to 1 TB/s)",
-        json_schema_extra=_cli("job"),
+        json_schema_extra=_cli("policy"),
     )
     dataset_gb: float = Field(
         default=1.0,
@@ -363,7 +414,7 @@ class JobSpec(BaseModel):
         le=1e6,
         title="Dataset size in GB",
         description="dataset size in GB, kept on the run's volume",
-        json_schema_extra=_cli("job"),
+        json_schema_extra=_cli("policy"),
     )
     retention_days: float = Field(
         default=7.0,
@@ -371,7 +422,7 @@ class JobSpec(BaseModel):
         le=3650,
         title="Days volumes are kept",
         description="days volumes are kept after the run",
-        json_schema_extra=_cli("job"),
+        json_schema_extra=_cli("policy"),
     )
     trial_runs: int = Field(
         default=0,
@@ -379,7 +430,7 @@ class JobSpec(BaseModel):
         le=1000,
         title="Trial runs before the final run",
         description="short trial runs before the final run",
-        json_schema_extra=_cli("job", "--trials"),
+        json_schema_extra=_cli("policy", "--trials"),
     )
     trial_fraction: float = Field(
         default=0.05,
@@ -387,7 +438,7 @@ class JobSpec(BaseModel):
         le=1.0,
         title="Data share per trial",
         description="share of the data each trial uses",
-        json_schema_extra=_cli("job"),
+        json_schema_extra=_cli("policy"),
     )
     failure_probability: float = Field(
         default=0.0,
@@ -395,7 +446,7 @@ class JobSpec(BaseModel):
         lt=1.0,
         title="Chance a run fails and restarts",
         description="probability a run fails (bug, divergence) and is restarted",
-        json_schema_extra=_cli("job", "--failure-prob"),
+        json_schema_extra=_cli("policy", "--failure-prob"),
     )
 
     @field_validator("methods", "markets")

@@ -297,6 +297,14 @@ class MemoryTerms:
     def peak_bytes(self, micro_batch: F | I) -> F:
         return self.static_total() + micro_batch * self.per_sample_total()
 
+    def take(self, idx: I) -> MemoryTerms:
+        """The terms of the pairs at `idx` (components that are one value for all stay so)."""
+
+        def pick(parts: dict[str, F]) -> dict[str, F]:
+            return {name: v[idx] if np.ndim(v) else v for name, v in parts.items()}
+
+        return MemoryTerms(static=pick(self.static), per_sample=pick(self.per_sample), managed=pick(self.managed))
+
     def with_static(self, name: str, value: F) -> MemoryTerms:
         """The same terms with one static component replaced."""
         return MemoryTerms(static=self.static | {name: value}, per_sample=self.per_sample, managed=self.managed)

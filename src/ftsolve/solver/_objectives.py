@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from ftsolve.solver._cost import MAX_HOURS
+from ftsolve.solver._cost import MAX_HOURS, OD
+from ftsolve.solver._memory import QLORA
 from ftsolve.solver._rows import order_by
 
 if TYPE_CHECKING:
@@ -46,10 +47,14 @@ def _weighted_key(job: JobSpec, cents: I, hours: F) -> I:
     return out
 
 
+def _cost_key(job: JobSpec, cents: I, hours: F) -> I:
+    return cents
+
+
 OBJECTIVES: dict[str, Objective] = {
     o.name: o
     for o in (
-        Objective("cost", lambda job, cents, hours: cents, lambda job: "cheapest expected total cost"),
+        Objective("cost", _cost_key, lambda job: "cheapest expected total cost"),
         Objective("time", _time_key, lambda job: "earliest expected finish"),
         Objective(
             "weighted",
@@ -60,10 +65,34 @@ OBJECTIVES: dict[str, Objective] = {
 }
 
 
+# What a practitioner prefers when costs are close, each counted as `tie_tolerance` of extra cost:
+# LoRA over QLoRA (faster, no quantization error), one node over several (no inter-node network to
+# trust; per doubling of nodes), on-demand over interruptible capacity (no preemption to recover).
+PREFERENCES = ("LoRA over QLoRA", "fewer nodes", "on-demand over interruptible")
+
+
+def preference_terms(job: JobSpec, t: CandidateTable) -> dict[str, F]:
+    """Each preference's share of extra cost per candidate (0 where the candidate is preferred)."""
+    tol = job.tie_tolerance
+    qlora_penalized = "lora" in job.methods  # only when LoRA was an option
+    return {
+        PREFERENCES[0]: tol * ((t.method == QLORA) & qlora_penalized),
+        PREFERENCES[1]: tol * np.log2(t.nodes.astype(np.float64)),
+        PREFERENCES[2]: tol * (t.market != OD),
+    }
+
+
+def ranking_cents(job: JobSpec, t: CandidateTable) -> I:
+    """Expected cost with the preferences added: what the cost objective ranks by."""
+    factor = 1.0 + sum(preference_terms(job, t).values(), np.zeros(len(t)))
+    out: I = np.rint(t.total_cents * factor).astype(np.int64)
+    return out
+
+
 def objective_key(job: JobSpec, t: CandidateTable) -> tuple[I, I]:
     """(integer key to minimize, tie rank) for the job's objective; ties go to the cheaper plan,
-    then to the stable candidate order."""
-    key = OBJECTIVES[job.objective].key(job, t.total_cents, t.expected_hours)
+    then to the stable candidate order. Cost-based objectives rank by ranking_cents."""
+    key = OBJECTIVES[job.objective].key(job, ranking_cents(job, t), t.expected_hours)
     order = order_by(t.total_cents, t.tie_rank)
     tie = np.empty_like(order)
     tie[order] = np.arange(order.size)

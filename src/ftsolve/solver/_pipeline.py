@@ -13,12 +13,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ftsolve.catalog import BILLING_CODES, Catalog, GpuSpec, OfferArrays
+from ftsolve._calibration import PairCorrections, pair_corrections
+from ftsolve._errors import UnknownCatalogEntry
+from ftsolve.catalog import BILLING_CODES, Catalog, GpuSpec, OfferArrays, planning_prices, resolve_gpu
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._compat import CONFIGS, GPU_RULES, SETUP_RULES, TIMING_RULES, OnGpu, Setup, holds_all
 from ftsolve.solver._cost import FALLBACK, OD, SPOT, RunInputs
@@ -78,17 +82,67 @@ class Rows:
     hardware: Hardware
 
 
-def offer_rows(job: JobSpec, catalog: Catalog, prune: bool) -> Rows:
+def planning_arrays(job: JobSpec, catalog: Catalog) -> OfferArrays:
+    """The catalog's offer columns with the prices the job may plan on: floor ("from") prices
+    count as not offered unless the job allows them."""
+    on_demand, interruptible = planning_prices(catalog.arrays, allow_floor=job.allow_floor_prices)
+    return dataclasses.replace(catalog.arrays, on_demand=on_demand, interruptible=interruptible)
+
+
+def gpu_filter(names: tuple[str, ...], catalog: Catalog) -> list[str]:
+    """The GPU ids a --gpus filter means: each name as an id, as any spelling `catalog show`
+    resolves (A6000, H100 SXM), or as a family (h100: every H100 variant); unknown names are
+    refused with suggestions, not silently matched to nothing."""
+    ids = sorted(catalog.gpus)
+    out: list[str] = []
+    for name in names:
+        key = re.sub(r"[^a-z0-9]", "", name.lower())
+        family = [g for g in ids if re.sub(r"[^a-z0-9]", "", g).startswith(key)] if key else []
+        resolved = resolve_gpu(name)
+        # The resolver reads model numbers loosely ("h1000" would be an H100): keep its answer
+        # only where every number in the name is one of the id's.
+        digits = re.findall(r"\d+", key)
+        if resolved and not all(d in re.findall(r"\d+", resolved) for d in digits):
+            resolved = None
+        found = [name.lower()] if name.lower() in catalog.gpus else family or ([resolved] if resolved else [])
+        if not found:
+            raise UnknownCatalogEntry("GPU", name, ids)
+        out += found
+    return sorted(set(out))
+
+
+def _known(kind: str, names: tuple[str, ...] | None, known: NDArray[np.str_]) -> list[str] | None:
+    """Lower-cased filter values, each one that some offer has (else refused with suggestions)."""
+    if names is None:
+        return None
+    values = sorted(set(known.tolist()))
+    for name in names:
+        if name.lower() not in values:
+            raise UnknownCatalogEntry(kind, name, values)
+    return [n.lower() for n in names]
+
+
+def offer_rows(job: JobSpec, catalog: Catalog, arr: OfferArrays, prune: bool) -> Rows:
     """The offers in scope on each market the job allows and each launchable node count within
     its GPU cap (markets in order, offers in catalog order within a market)."""
-    arr = catalog.arrays
-    scope_mask, scope = scope_offers(job, catalog)
+    filters = job.model_copy(
+        update={
+            "gpus": None if job.gpus is None else tuple(gpu_filter(job.gpus, catalog)),
+            "providers": _known("provider", job.providers, arr.provider),
+            "regions": _known("region", job.regions, arr.region),
+        }
+    )
+    scope_mask, scope = scope_offers(filters, arr)
     gpu_names = sorted(set(arr.gpu[scope_mask].tolist()))
     gid = np.searchsorted(np.array(gpu_names, dtype=str), arr.gpu) if gpu_names else np.zeros(len(arr.gpu), np.int64)
     gid = np.where(scope_mask, gid, -1).astype(np.int64)
     m_offer, m_market = _market_rows(job, arr, scope_mask, gid, prune)
     node_counts = launchable_node_counts(job.max_nodes)
-    mi, ni = np.nonzero(node_counts[None, :] * arr.gpus_per_node[m_offer][:, None] <= job.max_gpus)
+    # Several nodes only where the provider sells them as a cluster with a stated network; two
+    # marketplace hosts are not a cluster, whatever bandwidth a default would assume.
+    within = node_counts[None, :] * arr.gpus_per_node[m_offer][:, None] <= job.max_gpus
+    clustered = (node_counts[None, :] == 1) | arr.cluster_network[m_offer][:, None]
+    mi, ni = np.nonzero(within & clustered)
     offer, market, nodes = m_offer[mi], m_market[mi], node_counts[ni]
     n_gpus = arr.gpus_per_node[offer] * nodes
     specs = [catalog.gpus[name] for name in gpu_names]
@@ -104,9 +158,8 @@ def _hardware_setups(specs: list[GpuSpec], gpu: I, n_gpus: I, nodes: I, net_gbit
     return hw, hardware(specs, setups[:, 0], setups[:, 1], setups[:, 2], setups[:, 3].astype(np.float64))
 
 
-def scope_offers(job: JobSpec, catalog: Catalog) -> tuple[B, ScopeReport]:
+def scope_offers(job: JobSpec, arr: OfferArrays) -> tuple[B, ScopeReport]:
     """Offers that pass the user's filters, and how many each filter removed."""
-    arr = catalog.arrays
     has_od, has_spot = ~np.isnan(arr.on_demand), ~np.isnan(arr.interruptible)
     markets = set(job.markets)
     filters: list[tuple[str, B | None]] = [
@@ -123,7 +176,7 @@ def scope_offers(job: JobSpec, catalog: Catalog) -> tuple[B, ScopeReport]:
         ),
         ("max_gpus", arr.gpus_per_node <= job.max_gpus),
     ]
-    keep = np.ones(len(catalog.offers), dtype=bool)
+    keep = np.ones(len(arr.gpu), dtype=bool)
     removed: dict[str, int] = {}
     for name, mask in filters:
         if mask is None:
@@ -132,7 +185,7 @@ def scope_offers(job: JobSpec, catalog: Catalog) -> tuple[B, ScopeReport]:
         if int(keep.sum()) != int(after.sum()):
             removed[name] = int(keep.sum() - after.sum())
         keep = after
-    return keep, ScopeReport(len(catalog.offers), int(keep.sum()), removed)
+    return keep, ScopeReport(len(arr.gpu), int(keep.sum()), removed)
 
 
 def twin_groups(arr: OfferArrays, scope: B, gid: I) -> I:
@@ -217,13 +270,15 @@ def launchable_node_counts(max_nodes: int) -> I:
 
 @dataclass(frozen=True)
 class Memory:
-    """Memory of each pair at the largest micro-batch that fits."""
+    """Memory of each pair at its chosen micro-batch."""
 
     terms: MemoryTerms
-    micro_batch: I  # 0 where not even one sequence fits
+    micro_batch: I  # 0 where not even one sequence fits with the headroom
     grad_accum: I  # at max(micro_batch, 1)
     peak_bytes: F  # at max(micro_batch, 1)
     usable_bytes: F
+    band: F  # headroom kept above the peak, as a share of it (the estimate's band or the user's margin)
+    global_batch: I  # micro-batch x accumulation x GPUs: the batch the run really trains with
 
 
 @dataclass(frozen=True)
@@ -240,6 +295,11 @@ class Physics:
     eval_h: F
 
 
+# A practitioner takes the smallest micro-batch that is about as fast as the largest that fits:
+# it leaves memory for the unexpected and changes nothing the run learns.
+MICRO_BATCH_SPEED_TOLERANCE = 0.03
+
+
 def pair_physics(job: JobSpec, opts: MemoryOptions, sizes: ModelSizes, hw: Hardware) -> Physics:
     cm, cq, cs, _ = CONFIGS.T
     wanted = np.isin(cm, [METHODS.index(m) for m in job.methods])[None, :]
@@ -248,35 +308,100 @@ def pair_physics(job: JobSpec, opts: MemoryOptions, sizes: ModelSizes, hw: Hardw
     index = np.full((len(hw), len(CONFIGS)), -1, dtype=np.int64)
     index[hi, ti] = np.arange(hi.shape[0])
     compatible = holds_all(GPU_RULES + TIMING_RULES, OnGpu(cq[ti], hw.nvidia[hi], hw.timed[hi]))
-    memory = _fit_memory(job, opts, sizes, hw.usable_bytes[hi], CONFIGS[ti], hw.n_gpus[hi])
-    step, train_h, eval_h = _speed(job, opts, sizes, hw, hi, CONFIGS[ti], memory)
+    fix = pair_corrections(job, opts, hw, hi, CONFIGS[ti])  # the user's measured runs (ftsolve calibrate)
+    memory = _fit_memory(job, opts, sizes, hw.usable_bytes[hi], CONFIGS[ti], hw.n_gpus[hi], fix)
+    memory, step = _smallest_fast_micro_batch(job, sizes, hw, hi, CONFIGS[ti], memory)
+    step = fix.step(step)
+    train_h, eval_h = _hours(job, sizes, CONFIGS[ti], step)
     return Physics(hi, ti, index, compatible, memory, step, train_h, eval_h)
 
 
-def _fit_memory(job: JobSpec, opts: MemoryOptions, sizes: ModelSizes, usable: F, cfg: I, n_gpus: I) -> Memory:
-    """The largest power-of-two micro-batch that fits, with its accumulation and peak."""
+def headroom_band(job: JobSpec, opts: MemoryOptions, method: I) -> F:
+    """The headroom kept above each predicted peak: the user's margin, else the validated band of
+    the estimate for the method on the job's stack (_coefficients.MEMORY_BANDS)."""
+    if job.memory_margin is not None:
+        return np.full(method.shape, job.memory_margin)
+    bands = np.array([k.memory_band(m, opts.stack) for m in METHODS], dtype=np.float64)
+    out: F = bands[method]
+    return out
+
+
+def _whole_batches(b: I, n_gpus: I, global_batch: int) -> I:
+    """The largest power of two <= b that divides the per-GPU share of the global batch, so that
+    micro-batch x accumulation x GPUs is exactly the requested batch; b where no split is exact."""
+    exact = global_batch % n_gpus == 0
+    share = np.where(exact, global_batch // np.maximum(n_gpus, 1), 1)
+    out: I = np.where(exact, np.minimum(b, share & -share), b)
+    return out
+
+
+def _fit_memory(
+    job: JobSpec, opts: MemoryOptions, sizes: ModelSizes, usable: F, cfg: I, n_gpus: I, fix: PairCorrections
+) -> Memory:
+    """The largest power-of-two micro-batch whose peak plus headroom fits and which holds the
+    global batch, with its accumulation and peak."""
     method, quant, shard, ckpt = cfg.T
-    synced = memory_terms(sizes, opts, job.seq_len, method, quant, shard, ckpt, n_gpus)
+    band = fix.band(headroom_band(job, opts, method))
+    room = usable / (1.0 + band)
+    g = job.global_batch_size
+    synced = fix.terms(memory_terms(sizes, opts, job.seq_len, method, quant, shard, ckpt, n_gpus))
     whole = unsharded_gradient_bytes(sizes, opts, method, shard, n_gpus, True)
-    cap = np.minimum(np.ceil(job.global_batch_size / n_gpus).astype(np.int64), 64)
-    b_one = max_micro_batch(synced, usable, cap)
+    cap = np.minimum(np.ceil(g / n_gpus).astype(np.int64), 64)
+    b_one = _whole_batches(max_micro_batch(synced, room, cap), n_gpus, g)
     # A step of one micro-batch per GPU accumulates nothing, and FSDP then keeps its gradients
     # sharded; otherwise the largest micro-batch that fits with accumulation's memory.
-    single = b_one * n_gpus >= job.global_batch_size
+    single = b_one * n_gpus >= g
     terms = synced.with_static("unsharded_gradients", np.where(single, synced.static["unsharded_gradients"], whole))
-    b = np.where(single, b_one, max_micro_batch(terms, usable, cap))
+    b = np.where(single, b_one, _whole_batches(max_micro_batch(terms, room, cap), n_gpus, g))
+    return _at_micro_batch(job, terms, b, usable, band, n_gpus)
+
+
+def _at_micro_batch(job: JobSpec, terms: MemoryTerms, b: I, usable: F, band: F, n_gpus: I) -> Memory:
     b_eval = np.maximum(b, 1)
     accum = np.ceil(job.global_batch_size / (b_eval * n_gpus)).astype(np.int64)
-    return Memory(terms, b, accum, terms.peak_bytes(b_eval), usable)
+    return Memory(terms, b, accum, terms.peak_bytes(b_eval), usable, band, b_eval * accum * n_gpus)
 
 
-def _speed(
-    job: JobSpec, opts: MemoryOptions, sizes: ModelSizes, hw: Hardware, hi: I, cfg: I, memory: Memory
-) -> tuple[StepTime, F, F]:
-    """(step time, training hours, evaluation hours) of each pair at its micro-batch."""
+def _smallest_fast_micro_batch(
+    job: JobSpec, sizes: ModelSizes, hw: Hardware, hi: I, cfg: I, memory: Memory
+) -> tuple[Memory, StepTime]:
+    """Halve each pair's micro-batch while the step stays within MICRO_BATCH_SPEED_TOLERANCE of
+    the largest one's speed. Only pairs that accumulate already are halved: their memory terms
+    (unsharded gradients under FSDP) stay as they are, and the global batch stays exact."""
+    b = memory.micro_batch.copy()
+    best = _step(job, sizes, hw, hi, cfg, memory, b)
+    floor = best.tokens_per_s * (1.0 - MICRO_BATCH_SPEED_TOLERANCE)
+    trying = np.flatnonzero((b > 1) & (memory.grad_accum > 1))
+    while trying.size:
+        half = b[trying] // 2
+        sub = _take_memory(memory, trying)
+        speed = _step(job, sizes, hw, hi[trying], cfg[trying], sub, half).tokens_per_s
+        ok = speed >= floor[trying]
+        b[trying[ok]] = half[ok]
+        trying = trying[ok & (half > 1)]
+    chosen = _at_micro_batch(job, memory.terms, b, memory.usable_bytes, memory.band, hw.n_gpus[hi])
+    return chosen, _step(job, sizes, hw, hi, cfg, chosen, b)
+
+
+def _take_memory(memory: Memory, idx: I) -> Memory:
+    terms = memory.terms.take(idx)
+    return Memory(
+        terms,
+        memory.micro_batch[idx],
+        memory.grad_accum[idx],
+        memory.peak_bytes[idx],
+        memory.usable_bytes[idx],
+        memory.band[idx],
+        memory.global_batch[idx],
+    )
+
+
+def _step(job: JobSpec, sizes: ModelSizes, hw: Hardware, hi: I, cfg: I, memory: Memory, b: I) -> StepTime:
+    """Step time of each pair at micro-batch b (the global batch held by the accumulation)."""
     method, quant, shard, ckpt = cfg.T
     states = memory.terms.static
-    st = step_time(
+    b_eval = np.maximum(b, 1)
+    return step_time(
         sizes,
         job.seq_len,
         states["optimizer"] + states["gradients"] + states["weights"],
@@ -285,19 +410,24 @@ def _speed(
         shard,
         ckpt,
         hw.n_gpus[hi],
-        np.maximum(memory.micro_batch, 1),
-        memory.grad_accum,
+        b_eval,
+        np.ceil(job.global_batch_size / (b_eval * hw.n_gpus[hi])).astype(np.int64),
         hw.peak_tflops[hi],
         hw.utilization[hi],
         hw.memory_bandwidth_gb_per_s[hi],
         hw.bus_gb_per_s[hi],
-        opts.quant_kernel,
+        job.quant_kernel,
     )
+
+
+def _hours(job: JobSpec, sizes: ModelSizes, cfg: I, st: StepTime) -> tuple[F, F]:
+    """(training hours, evaluation hours) of each pair at its step time."""
+    method, _, _, ckpt = cfg.T
     train_h = job.train_tokens / job.real_token_fraction / st.tokens_per_s / 3600.0
     # Evaluation passes run the forward alone over eval_fraction of the training tokens.
     total_flops = flops_per_token(sizes, job.seq_len, method, ckpt)
     fwd_flops = flops_per_token(sizes, job.seq_len, method, np.zeros_like(ckpt)) / np.where(method == FULL, 3.0, 2.0)
-    return st, train_h, train_h * job.eval_fraction * fwd_flops / total_flops
+    return train_h, train_h * job.eval_fraction * fwd_flops / total_flops
 
 
 # --- stage 3: candidates -------------------------------------------------------------------------

@@ -25,6 +25,8 @@ class MemoryBreakdown(_Frozen):
     peak_gib: float
     usable_gib: float
     card_gib: float
+    band: float = Field(description="headroom kept above the peak, as a share of it (the estimate's band)")
+    headroom_gib: float = Field(description="usable memory left after the peak and its band")
 
     @property
     def slack_gib(self) -> float:
@@ -73,6 +75,7 @@ class Plan(_Frozen):
     gradient_checkpointing: bool
     micro_batch: int
     grad_accum: int
+    global_batch: int = Field(description="micro-batch x accumulation x GPUs: the batch the run trains with")
     market: Literal["on-demand", "interruptible", "fallback"]
     price_usd_per_gpu_hour: float
     price_date: dt.date
