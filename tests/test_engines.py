@@ -48,8 +48,8 @@ def test_every_plan_passes_check_plan_and_ranking_is_sorted(job: JobSpec, offers
         extra = (p.method == "qlora" and "lora" in job.methods) + math.log2(p.nodes) + (p.market != "on-demand")
         return p.total_cost_usd * (1 + job.tie_tolerance * extra)
 
-    keys = [ranking(p) for p in result.plans]
-    assert all(a <= b + 0.01 for a, b in itertools.pairwise(keys))
+    ranked = [ranking(p) for p in result.plans]
+    assert all(a <= b + 0.01 for a, b in itertools.pairwise(ranked))
     for p in result.plans:
         assert ftsolve.check_plan(job, catalog, p) == []
         assert p.memory.peak_gib <= p.memory.usable_gib
