@@ -27,7 +27,7 @@ def test_plan_prints_a_ranked_table() -> None:
     result = CliRunner().invoke(cli, README_JOB)
     assert result.exit_code == 0, result.output
     assert "llama-3.1-8b" in result.output
-    for column in ("offer", "GPUs", "method", "market", "mem/GPU GiB", "hours", "cost USD"):
+    for column in ("offer", "GPUs", "method", "market", "mem/GPU", "hours", "cost USD"):
         assert column in result.output
     assert "cheapest expected total cost" in result.output
 

@@ -97,7 +97,7 @@ def markup_offers(tmp_path: Path) -> Path:
 
 
 def test_markup_in_offer_strings_is_printed_literally(markup_offers: Path) -> None:
-    result = _invoke("plan", *JOB, "--offers", str(markup_offers), "--top", "2")
+    result = _invoke("plan", *JOB, "--offers", str(markup_offers), "--top", "2", "--wide")
     assert result.exit_code == 0, result.output
     assert MARKUP_PROVIDER in result.output
     assert MARKUP_REGION in result.output

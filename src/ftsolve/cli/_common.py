@@ -8,6 +8,7 @@ a table row. Styles are given as `style=` or `Text` spans, never as markup insid
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -29,12 +30,24 @@ MESSAGE_MAX_CHARS = 500
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
+# Width of a console whose output is piped and COLUMNS is unset: wide enough that tables are not
+# folded into slivers.
+PIPED_COLUMNS = 200
+
+
+def _columns_env() -> int | None:
+    value = os.environ.get("COLUMNS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def console(stderr: bool = False) -> Console:
-    # A wide virtual terminal when output is piped, so tables are not folded into slivers.
+    """A console that parses no markup: the terminal's width, else COLUMNS, else PIPED_COLUMNS."""
     probe = Console(stderr=stderr)
+    # On a terminal rich reads COLUMNS itself, before the terminal's size; piped, so do we.
+    width = None if probe.is_terminal else (_columns_env() or PIPED_COLUMNS)
     return Console(
         stderr=stderr,
-        width=None if probe.is_terminal else 200,
+        width=width,
         highlight=False,
         markup=False,
         emoji=False,

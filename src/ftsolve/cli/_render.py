@@ -6,12 +6,16 @@ Every string that came from data (a provider, region, model name, note or source
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import math
+import re
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from html import escape
 from io import BytesIO
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -19,8 +23,9 @@ from rich.text import Text
 
 from ftsolve._errors import InvalidJobSpec
 from ftsolve._files import write_atomically
+from ftsolve.catalog import Offer
 from ftsolve.cli._common import console, plain
-from ftsolve.solver import Infeasibility, Plan, PlanSet
+from ftsolve.solver import Infeasibility, MemoryBreakdown, Plan, PlanSet
 from ftsolve.solver._job import JobSpec
 from ftsolve.solver._sweeps import CompareRow, FrontierPoint
 
@@ -37,8 +42,225 @@ def _model_name(job: JobSpec) -> str:
     return job.model if isinstance(job.model, str) else job.model.name
 
 
-def render_plans(ps: PlanSet) -> None:
+# The default plan table fits this many columns; a narrower console gets fewer or shorter columns,
+# never cut cells. `wide` shows every column at whatever width that takes.
+TABLE_COLUMNS = 100
+
+
+def _down(x: float, digits: int = 1) -> float:
+    # Rounded down: a used figure never looks larger than it is, so never above its capacity. The
+    # inner round() drops float noise (0.29 * 100 is 28.999...).
+    scale = 10.0**digits
+    return math.floor(round(x * scale, 6)) / scale
+
+
+def _gib(x: float) -> str:
+    return f"{_down(x):.1f}" if abs(x) < 10 else f"{_down(x, 0):.0f}"
+
+
+def _headroom_gib(m: MemoryBreakdown) -> float:
+    """Memory a process still has on each GPU beyond the predicted peak."""
+    return m.usable_gib - m.peak_gib
+
+
+def _used_pct(m: MemoryBreakdown) -> str:
+    return f"{_down(100 * m.peak_gib / m.card_gib, 0):.0f}%"
+
+
+def _topology(p: Plan) -> str:
+    """Nodes x GPUs per node, "2×8"; an uneven split says so in words."""
+    if p.nodes >= 1 and p.n_gpus % p.nodes == 0:
+        return f"{p.nodes}×{p.n_gpus // p.nodes}"
+    return f"{p.n_gpus} on {p.nodes} nodes"
+
+
+_REMARK = re.compile(r"\s*\(.*\)\s*$")
+_SHORT_REGION_CHARS = 10
+
+
+def _short_region(o: Offer) -> str:
+    """The region when short ("us-east-1", "FIN-03"), else its country code, else its first word."""
+    region = _REMARK.sub("", o.region) or o.region
+    if len(region) <= _SHORT_REGION_CHARS:
+        return region
+    if o.country:
+        return o.country
+    return re.split(r"[-\s,]", region)[0][:_SHORT_REGION_CHARS]
+
+
+def _p_label(p: Plan) -> str:
+    return f"p{p.time.confidence * 100:.0f}"
+
+
+def _hours(p: Plan) -> str:
+    expected, quantile = f"{p.time.expected_hours:.1f}", f"{p.time.quantile_hours:.1f}"
+    return expected if quantile == expected else f"{expected} ({_p_label(p)} {quantile})"
+
+
+def _market(p: Plan, interruptible: str = "spot") -> str:
+    if p.market == "fallback":
+        return f"fallback ({p.time.interruptible_fraction:.0%} spot)"
+    return interruptible if p.market == "interruptible" else p.market
+
+
+@dataclass(frozen=True)
+class _Column:
+    """One table column: its forms, fullest first, each a header and a cell maker."""
+
+    key: str
+    forms: tuple[tuple[str, Callable[[Plan], str]], ...]
+    right: bool = False
+
+
+_DEFAULT_COLUMNS = (
+    _Column("rank", (("#", lambda p: str(p.rank)),), right=True),
+    _Column(
+        "offer",
+        (
+            ("offer", lambda p: f"{p.offer.provider} {p.offer.region}"),
+            ("offer", lambda p: f"{p.offer.provider} {_short_region(p.offer)}"),
+            ("offer", lambda p: p.offer.provider),
+        ),
+    ),
+    _Column("gpus", (("GPUs", lambda p: f"{_topology(p)} {p.gpu}"),)),
+    _Column(
+        "method",
+        (("method", lambda p: f"{p.method} {p.weight_precision}"), ("method", lambda p: p.method)),
+    ),
+    _Column("sharding", (("sharding", lambda p: p.sharding),)),
+    _Column("grad_ckpt", (("grad ckpt", lambda p: "on" if p.gradient_checkpointing else "off"),)),
+    _Column(
+        "market", (("market", _market), ("market", lambda p: "fallback" if p.market == "fallback" else _market(p)))
+    ),
+    _Column(
+        "memory",
+        (
+            ("mem/GPU", lambda p: f"{_used_pct(p.memory)}, {_gib(_headroom_gib(p.memory))} GiB free"),
+            ("mem/GPU", lambda p: f"{_used_pct(p.memory)}, {_gib(_headroom_gib(p.memory))} free"),
+            ("mem/GPU", lambda p: _used_pct(p.memory)),
+        ),
+    ),
+    _Column("hours", (("hours", _hours), ("hours", lambda p: f"{p.time.expected_hours:.1f}")), right=True),
+    _Column("cost", (("cost USD", lambda p: f"{p.total_cost_usd:.2f}"),), right=True),
+)
+
+# How the default table narrows, step by step, until it fits: (column, its next form or None to hide
+# it, only when every plan has the same value there). A hidden column with one value becomes a note.
+_NARROWING: tuple[tuple[str, int | None, bool], ...] = (
+    ("grad_ckpt", None, True),
+    ("sharding", None, True),
+    ("market", 1, False),
+    ("method", 1, False),
+    ("offer", 1, False),
+    ("memory", 1, False),
+    ("grad_ckpt", None, False),
+    ("sharding", None, False),
+    ("offer", 2, False),
+    ("hours", 1, False),
+    ("memory", 2, False),
+    ("market", None, False),
+)
+
+_WIDE_COLUMNS = (
+    _Column("rank", (("#", lambda p: str(p.rank)),), right=True),
+    _Column("provider", (("provider", lambda p: p.offer.provider),)),
+    _Column("tier", (("tier", lambda p: p.offer.tier),)),
+    _Column("instance", (("instance type", lambda p: p.offer.instance_type),)),
+    _Column("region", (("region", lambda p: p.offer.region),)),
+    _Column("gpu", (("GPU", lambda p: p.gpu),)),
+    _Column("gpus", (("nodes×GPUs", _topology),), right=True),
+    _Column("method", (("method", lambda p: p.method),)),
+    _Column("weights", (("weights", lambda p: p.weight_precision),)),
+    _Column("optimizer", (("optimizer", lambda p: p.optimizer),)),
+    _Column("sharding", (("sharding", lambda p: p.sharding),)),
+    _Column("grad_ckpt", (("grad ckpt", lambda p: "on" if p.gradient_checkpointing else "off"),)),
+    _Column("batch", (("micro-batch×accum", lambda p: f"{p.micro_batch}×{p.grad_accum}"),), right=True),
+    _Column("market", (("market", lambda p: _market(p, interruptible="interruptible")),)),
+    _Column("price", (("USD/GPU-h", lambda p: f"{p.price_usd_per_gpu_hour:.2f}"),), right=True),
+    _Column(
+        "memory",
+        (("mem/GPU GiB", lambda p: f"{_down(p.memory.peak_gib):.1f}/{_down(p.memory.usable_gib):.1f}"),),
+        right=True,
+    ),
+    _Column("mem_pct", (("% of card", lambda p: _used_pct(p.memory)),), right=True),
+    _Column("free", (("free GiB", lambda p: f"{_down(_headroom_gib(p.memory)):.1f}"),), right=True),
+    _Column("hours", (("hours", lambda p: f"{p.time.expected_hours:.1f}"),), right=True),
+    _Column("p_hours", (("{p} hours", lambda p: f"{p.time.quantile_hours:.1f}"),), right=True),
+    _Column("cost", (("cost USD", lambda p: f"{p.total_cost_usd:.2f}"),), right=True),
+)
+
+
+def _table(plans: Sequence[Plan], columns: Sequence[_Column], forms: dict[str, int | None]) -> Table:
+    """`plans` under the given form of each column (absent: the fullest; None: hidden)."""
+    # Two spaces between columns, a rule under the headers, nothing at the edges: compact, and a
+    # row stays one line for grep. A table that cannot fit folds its cells rather than cutting them.
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1))
+    shown = [(c, c.forms[form]) for c in columns if (form := forms.get(c.key, 0)) is not None]
+    p_label = _p_label(plans[0]) if plans else "p"
+    for c, (header, _) in shown:
+        t.add_column(header.replace("{p}", p_label), justify="right" if c.right else "left", overflow="fold")
+    for p in plans:
+        t.add_row(*_cells(*(cell(p) for _, (_, cell) in shown)))
+    return t
+
+
+def _width(con: Console, t: Table) -> int:
+    return con.measure(t, options=con.options.update_width(10_000)).maximum
+
+
+@dataclass(frozen=True)
+class _Fitted:
+    table: Table
+    same: tuple[str, ...]  # "sharding none": a hidden column whose value every plan shares
+    hidden: tuple[str, ...]  # headers of hidden columns whose values differ
+
+
+def _fit(con: Console, plans: Sequence[Plan], width: int) -> _Fitted:
+    """The fullest form of the default table that fits `width` (the narrowest, folding, when none does).
+
+    Narrowing steps are taken in order until the table fits; then each is undone, most important
+    first, where the table still fits without it (hiding a column may leave room for a longer form).
+    """
+    forms: dict[str, int | None] = {}
+
+    def fits(trial: dict[str, int | None]) -> bool:
+        return _width(con, _table(plans, _DEFAULT_COLUMNS, trial)) <= width
+
+    def values(key: str) -> set[str]:
+        column = next(c for c in _DEFAULT_COLUMNS if c.key == key)
+        return {plain(column.forms[0][1](p)) for p in plans}
+
+    taken: list[tuple[str, int | None, int | None]] = []
+    for key, form, only_when_same in _NARROWING:
+        if fits(forms):
+            break
+        before = forms.get(key, 0)
+        if before is None or (only_when_same and len(values(key)) > 1):
+            continue
+        forms[key] = form
+        taken.append((key, before, form))
+    for key, before, after in reversed(taken):
+        if forms[key] == after and fits(forms | {key: before}):
+            forms[key] = before
+    same, hidden = [], []
+    for c in _DEFAULT_COLUMNS:
+        if forms.get(c.key, 0) is None:
+            shown = values(c.key)
+            if len(shown) == 1:
+                same.append(f"{c.forms[0][0]} {shown.pop()}")
+            else:
+                hidden.append(c.forms[0][0])
+    return _Fitted(_table(plans, _DEFAULT_COLUMNS, forms), tuple(same), tuple(hidden))
+
+
+def render_plans(ps: PlanSet, wide: bool = False) -> None:
+    """The ranked plans: a table that fits the console (`wide`: every column), then the reasons.
+
+    The default table never grows past TABLE_COLUMNS and narrows with the console by hiding or
+    shortening its least important columns; `wide` shows every column, however wide that is.
+    """
     con = console()
+    text_width = con.width if wide else min(con.width, TABLE_COLUMNS)
     job = ps.job
     model = _model_name(job)
     limits = []
@@ -46,59 +268,40 @@ def render_plans(ps: PlanSet) -> None:
         limits.append(f"deadline {job.deadline_hours:g} h at {job.deadline_confidence:.0%}")
     if job.budget_usd is not None:
         limits.append(f"budget {job.budget_usd:g} USD")
-    con.print(
+
+    def say(line: str | Text) -> None:
+        con.print(line, width=text_width)
+
+    say(
         _heading(
             model,
             f" ({ps.model_params_b:.2f}B params), {job.train_tokens / 1e6:g}M tokens, "
             f"seq {job.seq_len}; {', '.join(limits) or 'no deadline or budget'}",
         )
     )
-    con.print(
+    say(
         plain(
             f"{ps.feasible} of {ps.candidates} candidates feasible; engine {ps.engine}; "
             f"prices dated {ps.price_dates[0]} to {ps.price_dates[1]}"
         )
     )
-    t = Table(show_lines=False)
-    for col in (
-        "#",
-        "offer",
-        "GPUs",
-        "method",
-        "precision",
-        "sharding",
-        "ckpt",
-        "market",
-        "mem/GPU GiB",
-        "hours",
-        "cost USD",
-    ):
-        t.add_column(col, justify="right" if col in ("#", "GPUs", "mem/GPU GiB", "hours", "cost USD") else "left")
+    if wide:
+        t = _table(ps.plans, _WIDE_COLUMNS, {})
+        # Every column in full, even past the console's edge: a wide table is wrapped, never cut.
+        con.width = max(con.width, _width(con, t))
+        con.print(t)
+    else:
+        fitted = _fit(con, ps.plans, text_width)
+        con.print(fitted.table)
+        if fitted.same:
+            say(f"All plans: {', '.join(fitted.same)}.")
+        if fitted.hidden:
+            say(f"Not shown at {text_width} columns: {', '.join(fitted.hidden)} (--wide shows every column).")
     for p in ps.plans:
-        hours = f"{p.time.expected_hours:.1f}"
-        if p.market != "on-demand":
-            hours += f" (p{p.time.confidence * 100:.0f} {p.time.quantile_hours:.1f})"
-        t.add_row(
-            *_cells(
-                p.rank,
-                f"{p.offer.provider} {p.offer.region} {p.gpu}",
-                p.n_gpus,
-                p.method,
-                p.weight_precision,
-                p.sharding,
-                "on" if p.gradient_checkpointing else "off",
-                p.market if p.market != "fallback" else f"fallback ({p.time.interruptible_fraction:.0%} spot)",
-                f"{p.memory.peak_gib:.1f}/{p.memory.usable_gib:.0f}",
-                hours,
-                f"{p.total_cost_usd:.2f}",
-            )
-        )
-    con.print(t)
-    for p in ps.plans:
-        con.print(f"  {p.rank}. {plain(p.why)}")
+        say(f"  {p.rank}. {plain(p.why)}")
     best = ps.plans[0]
     items = ", ".join(f"{plain(c.name)} {c.usd:.2f}" for c in best.cost_items)
-    con.print(f"Plan 1 cost breakdown (USD): {items} = {best.total_cost_usd:.2f}")
+    say(f"Plan 1 cost breakdown (USD): {items} = {best.total_cost_usd:.2f}")
     tb = best.time
     phases = (
         f"training {tb.training_hours:.2f} h, start-up {tb.startup_hours:.2f} h, "
@@ -111,20 +314,22 @@ def render_plans(ps: PlanSet) -> None:
             f"; checkpoint every {tb.checkpoint_interval_hours:.2f} h "
             f"at {tb.interruption_rate_per_hour or 0:.2g} preemptions/h"
         )
-    con.print(f"Plan 1 time: {phases}; {tb.tokens_per_s:,.0f} tokens/s")
-    con.print(f"Plan 1 price: {plain(best.cost_items[0].source)}")
+    say(f"Plan 1 time: {phases}; {tb.tokens_per_s:,.0f} tokens/s")
+    say(f"Plan 1 price: {plain(best.cost_items[0].source)}")
     for line in ps.rejected:
-        con.print(f"Not chosen: {plain(line)}")
+        say(f"Not chosen: {plain(line)}")
 
 
 def render_infeasible(inf: Infeasibility) -> None:
     con = console(stderr=True)
-    con.print(f"No feasible plan: {plain(inf.summary)}")
+    # Wrapped like the plan table's text: at the console's width, at most TABLE_COLUMNS.
+    width = min(con.width, TABLE_COLUMNS)
+    con.print(f"No feasible plan: {plain(inf.summary)}", width=width)
     if inf.ruled_out_by:
         counts = ", ".join(f"{plain(k)} rules out {v}" for k, v in inf.ruled_out_by.items() if v)
-        con.print(f"Of {inf.candidates} candidates: {counts}.")
+        con.print(f"Of {inf.candidates} candidates: {counts}.", width=width)
     for note in inf.notes:
-        con.print(f"Note: {plain(note)}")
+        con.print(f"Note: {plain(note)}", width=width)
 
 
 def render_explain(ps: PlanSet, p: Plan) -> None:
@@ -210,16 +415,17 @@ def render_markdown(ps: PlanSet) -> str:
         + (f", deadline {job.deadline_hours:g} h" if job.deadline_hours else "")
         + (f", budget {job.budget_usd:g} USD" if job.budget_usd else ""),
         "",
-        "| # | offer | GPUs | method | precision | sharding | ckpt | market | mem/GPU GiB | hours | p-hours "
-        "| cost USD |",
-        "|---|---|---:|---|---|---|---|---|---:|---:|---:|---:|",
+        "| # | offer | GPUs | method | precision | sharding | grad ckpt | market | mem/GPU GiB | free GiB | hours "
+        "| p-hours | cost USD |",
+        "|---|---|---:|---|---|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for p in ps.plans:
         lines.append(
-            f"| {p.rank} | {_md(p.offer.provider)} {_md(p.offer.region)} {_md(p.gpu)} | {p.n_gpus} | "
+            f"| {p.rank} | {_md(p.offer.provider)} {_md(p.offer.region)} {_md(p.gpu)} | {_topology(p)} | "
             f"{_md(p.method)} | {_md(p.weight_precision)} | {_md(p.sharding)} | "
             f"{'on' if p.gradient_checkpointing else 'off'} | {_md(p.market)} | "
-            f"{p.memory.peak_gib:.1f}/{p.memory.usable_gib:.0f} | {p.time.expected_hours:.1f} | "
+            f"{_down(p.memory.peak_gib):.1f}/{_down(p.memory.usable_gib):.1f} ({_used_pct(p.memory)}) | "
+            f"{_down(_headroom_gib(p.memory)):.1f} | {p.time.expected_hours:.1f} | "
             f"{p.time.quantile_hours:.1f} | {p.total_cost_usd:.2f} |"
         )
     lines.append("")
