@@ -1,0 +1,296 @@
+"""`ftsolve calibrate` and plans that use calibrations (issue 21): each log format is read, each
+record is fitted so that its own configuration is predicted at what it measured, corrections are
+stored dated with their records, and plans use them on the measured GPU type, carry them to
+other types through the model, and say so."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import ftsolve
+from ftsolve import CatalogError, JobSpec, MemoryOptions
+from ftsolve._calibration import (
+    MEASURED_BAND,
+    TRANSFER_BAND,
+    Given,
+    RunConfig,
+    calibration_path,
+    correct_time_estimate,
+    fit_measurement,
+    load_calibration,
+    read_measurements,
+)
+from ftsolve.cli import cli
+from ftsolve.solver import _coefficients as k
+
+FIXTURES = Path(__file__).parent / "fixtures" / "calibration"
+PROBE = FIXTURES / "probe-h100-lora.json"
+CATALOG = ftsolve.load_catalog(user=False)
+DYNAMIC = ("activations", "recompute", "logits", "fragmentation")
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test calibrates into its own FTSOLVE_HOME (plans elsewhere must not see it)."""
+    folder = tmp_path / "home"
+    monkeypatch.setenv("FTSOLVE_HOME", str(folder))
+    return folder
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+TORCHTUNE = Given(
+    gpu="h100-sxm",
+    config={"model": "qwen2.5-7b", "method": "qlora", "seq_len": 4096, "micro_batch": 2, "grad_accum": 8}
+    | {"stack": "torchtune"},
+)
+AXOLOTL = Given(
+    gpu="a100-sxm-80gb",
+    config={
+        "model": "llama-3.1-8b",
+        "method": "lora",
+        "seq_len": 2048,
+        "micro_batch": 2,
+        "grad_accum": 8,
+        "n_gpus": 2,
+        "sharding": "ddp",
+        "stack": "axolotl",
+    },
+)
+TRAINER = Given(gpu="l40s", config={"model": "qwen2.5-1.5b", "seq_len": 1024, "grad_accum": 2})
+
+
+@pytest.mark.parametrize(
+    ("name", "given", "expected"),
+    [
+        ("probe-h100-lora.json", Given(), ("probe", "h100-sxm", "hf", "lora", 8240.5, 33.87, 36.12)),
+        # The first logged step (warm-up) is dropped; a value printed as a tensor is read.
+        ("torchtune-qlora.log", TORCHTUNE, ("torchtune", "h100-sxm", "torchtune", "qlora", 7105.725, 18.10, 19.42)),
+        # Per-GPU tokens/s times the run's two GPUs; axolotl logs its numbers as strings.
+        ("axolotl-ddp.log", AXOLOTL, ("axolotl", "a100-sxm-80gb", "axolotl", "lora", 2 * 3302.7, 24.12, 27.91)),
+        # train_samples_per_second x seq_len; micro-batch from train_batch_size, rank from adapter_config.json.
+        ("hf-run/trainer_state.json", TRAINER, ("trainer-state", "l40s", "hf", "lora", 16.2 * 1024, None, None)),
+        ("runs.json", Given(), ("table", "l40s", "axolotl", "qlora", 2150.0, 14.8, None)),
+    ],
+)
+def test_each_format_is_read(name: str, given: Given, expected: tuple[Any, ...]) -> None:
+    (m,) = read_measurements(FIXTURES / name, given)
+    kind, gpu, stack, method, tokens, allocated, reserved = expected
+    assert (m.kind, m.gpu, m.stack, m.config.method) == (kind, gpu, stack, method)
+    assert m.tokens_per_s == pytest.approx(tokens, rel=1e-4)
+    assert m.peak_allocated_gib == allocated and m.peak_reserved_gib == reserved
+    if name.startswith("hf-run"):
+        assert m.config.micro_batch == 8 and m.config.lora_rank == 32
+
+
+def test_a_csv_table_with_device_names_and_empty_cells() -> None:
+    first, second = read_measurements(FIXTURES / "runs.csv")
+    assert first.gpu == second.gpu == "a100-sxm-80gb"  # 'NVIDIA A100-SXM4-80GB' resolved
+    assert first.source == "own run 17 (wandb)" and str(first.date) == "2026-10-02"
+    assert first.config.gradient_checkpointing is True and first.config.recipe == {"optimizer": "adamw"}
+    assert second.peak_reserved_gib is None and second.tokens_per_s == 3302.5
+
+
+@pytest.mark.parametrize(
+    ("name", "given", "needle"),
+    [
+        ("torchtune-qlora.log", Given(config=TORCHTUNE.config), "pass --gpu"),
+        ("torchtune-qlora.log", Given(gpu="h100-sxm", config={"method": "qlora", "seq_len": 4096}), "--model"),
+        ("axolotl-ddp.log", Given(gpu="not-a-card", config=AXOLOTL.config), "cannot tell which GPU"),
+        ("README.md", Given(gpu="h100-sxm"), "not a measurement this reads"),
+    ],
+)
+def test_what_a_log_lacks_is_asked_for_in_one_line(name: str, given: Given, needle: str) -> None:
+    with pytest.raises(CatalogError, match=needle) as info:
+        read_measurements(FIXTURES / name, given)
+    assert "\n" not in str(info.value)
+
+
+# --- fitting -------------------------------------------------------------------------------------
+
+
+def test_a_record_is_fitted_so_that_its_configuration_is_predicted_at_what_it_measured() -> None:
+    (m,) = read_measurements(PROBE)
+    fitted = fit_measurement(m, CATALOG)
+    c = m.config
+    common: dict[str, Any] = {
+        "method": c.method,
+        "seq_len": c.seq_len,
+        "micro_batch": c.micro_batch,
+        "grad_accum": c.grad_accum,
+        "gradient_checkpointing": c.gradient_checkpointing,
+        "options": c.options(),
+        "catalog": CATALOG,
+    }
+    est = ftsolve.estimate_time(c.model, m.gpu, **common)
+    assert fitted.throughput_factor == pytest.approx(8240.5 / est.tokens_per_s)
+    # Throughput: the model's tokens/s times the factor.
+    from ftsolve._calibration import Calibration, correction_of
+
+    cal = Calibration(corrections=(correction_of([fitted]),))
+    assert correct_time_estimate(est, "hf", cal).tokens_per_s == pytest.approx(8240.5)
+    # Memory: the reserved peak with the dynamic part scaled meets the measured 36.12 GiB.
+    mem = ftsolve.estimate_memory(c.model, **common)
+    dynamic = sum(mem.components_gib[n] for n in DYNAMIC) / (1.0 + k.DYNAMIC_MARGIN.value)
+    assert fitted.memory_scale is not None and fitted.memory_scale > 1
+    assert mem.reserved_gib + (fitted.memory_scale - 1.0) * dynamic == pytest.approx(36.12, abs=0.01)
+
+
+def test_a_static_part_above_the_measurement_holds_the_scale_and_says_so(tmp_path: Path) -> None:
+    record = json.loads(PROBE.read_text())
+    record["measured"] |= {"peak_reserved_gib": 12.0, "peak_allocated_gib": 11.0}
+    path = tmp_path / "low.json"
+    path.write_text(json.dumps(record))
+    fitted = fit_measurement(read_measurements(path)[0], CATALOG)
+    assert fitted.memory_scale == 0.25 and "static memory" in fitted.notes[0]
+
+
+# --- the command, the store, and plans -----------------------------------------------------------
+
+BASE = ["--model", "llama-3.1-8b", "--tokens", "50M", "--seq-len", "2048", "--methods", "lora", "--max-gpus", "1"]
+
+
+def test_calibrate_shows_predicted_against_measured_and_stores_the_correction(home: Path) -> None:
+    code, out = run("calibrate", str(PROBE))
+    assert code == 0, out
+    assert "measured        8,240" in out and "predicted" in out and "x0.87" in out
+    assert "activation memory x1.26" in out
+    cal = load_calibration()
+    (c,) = cal.corrections
+    assert c.key == ("h100-sxm", "hf", "lora") and str(c.date) == "2026-12-01"
+    assert c.throughput_band == MEASURED_BAND.value and c.records[0].measurement.source == str(PROBE)
+    assert calibration_path() == home / "calibration.json"
+    # The same record again counts once; --list shows it with its source.
+    assert run("calibrate", str(PROBE))[0] == 0
+    assert len(load_calibration().corrections[0].records) == 1
+    code, listed = run("calibrate", "--list")
+    assert code == 0 and "h100-sxm hf/lora" in listed and "probe-h100-lora.json" in listed
+
+
+def test_plans_use_the_measurement_on_its_gpu_and_carry_it_to_others(home: Path, tmp_path: Path) -> None:
+    job = JobSpec(model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, gpus=("h100-sxm",), methods=("lora",))
+    job = job.model_copy(update={"max_gpus": 1})
+    before = ftsolve.plan(job, CATALOG, top=1).plans[0]
+    # A record of exactly the planned configuration, measured at 80% of the model's tokens/s.
+    measured = round(0.8 * before.time.tokens_per_s, 1)
+    row = {
+        "gpu": "h100-sxm",
+        "date": "2026-12-01",
+        "model": "llama-3.1-8b",
+        "method": "lora",
+        "seq_len": 2048,
+        "micro_batch": before.micro_batch,
+        "grad_accum": before.grad_accum,
+        "gradient_checkpointing": before.gradient_checkpointing,
+        "tokens_per_s": measured,
+    }
+    table = tmp_path / "mine.json"
+    table.write_text(json.dumps([row]))
+    code, out = run("calibrate", str(table))
+    assert code == 0, out
+    after = ftsolve.plan(job, CATALOG, top=1).plans[0]
+    assert after.micro_batch == before.micro_batch and after.grad_accum == before.grad_accum
+    assert after.time.tokens_per_s == pytest.approx(measured, abs=0.2)
+    said = "tokens/s from your measurements of 2026-12-01 on h100-sxm"
+    assert any(a.startswith(said) and "±5%" in a for a in after.assumptions)
+    # Another GPU type moves by the same factor, through the model, with a wider band.
+    other = job.model_copy(update={"gpus": ("a100-sxm-80gb",)})
+    plain = ftsolve.plan(other.model_copy(update={"calibration": False}), CATALOG, top=1).plans[0]
+    carried = ftsolve.plan(other, CATALOG, top=1).plans[0]
+    factor = measured / before.time.tokens_per_s
+    assert carried.time.tokens_per_s == pytest.approx(plain.time.tokens_per_s * factor, rel=1e-3)
+    band = f"±{MEASURED_BAND.value + TRANSFER_BAND.value:.0%}"
+    assert any("carried to a100-sxm-80gb through the model" in a and band in a for a in carried.assumptions)
+    assert not any("your" in a for a in plain.assumptions)
+    # The command line: --no-calibration plans on the model alone.
+    code, text = run("plan", *BASE, "--gpus", "h100-sxm", "--json", "--no-calibration")
+    assert code == 0, text
+    assert json.loads(text)["plans"][0]["time"]["tokens_per_s"] == pytest.approx(before.time.tokens_per_s, rel=1e-6)
+
+
+def test_a_measured_peak_shrinks_the_headroom_on_its_gpu_only(home: Path) -> None:
+    assert run("calibrate", str(PROBE))[0] == 0
+    job = JobSpec(model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, methods=("lora",), max_gpus=1)
+    on_h100 = ftsolve.plan(job.model_copy(update={"gpus": ("h100-sxm",)}), CATALOG, top=1).plans[0]
+    on_a100 = ftsolve.plan(job.model_copy(update={"gpus": ("a100-sxm-80gb",)}), CATALOG, top=1).plans[0]
+    assert on_h100.memory.band == MEASURED_BAND.value
+    assert on_a100.memory.band == pytest.approx(k.memory_band("lora", "hf"), abs=1e-3)
+    assert any("headroom at most the measured ±5%" in a for a in on_h100.assumptions)
+    assert any("activation memory x1.26" in a and "carried to a100-sxm-80gb" in a for a in on_a100.assumptions)
+    # Every plan still passes the solver-independent check, which rebuilds the same physics.
+    assert ftsolve.check_plan(job.model_copy(update={"gpus": ("h100-sxm",)}), CATALOG, on_h100) == []
+
+
+def test_several_records_combine_and_forget_and_replace_work(home: Path) -> None:
+    code, out = run("calibrate", str(FIXTURES / "runs.csv"))
+    assert code == 0, out
+    (c,) = load_calibration().corrections
+    factors = [r.throughput_factor for r in c.records if r.throughput_factor is not None]
+    assert len(factors) == 2
+    assert c.throughput_factor == pytest.approx(math.sqrt(factors[0] * factors[1]), rel=1e-5)
+    assert c.throughput_band is not None and c.throughput_band >= MEASURED_BAND.value
+    assert c.memory_scale is not None and len(c.records) == 2  # one row measured memory
+    assert run("calibrate", str(PROBE))[0] == 0
+    assert len(load_calibration().corrections) == 2
+    code, out = run("calibrate", "--forget", "a100-sxm-80gb")
+    assert code == 0 and "removed 1" in out
+    assert [x.gpu for x in load_calibration().corrections] == ["h100-sxm"]
+    code, out = run("calibrate", "--forget", "b200/hf")
+    assert code == 2 and out.startswith("Error: no calibration matches")
+    # --replace drops the earlier records of the corrections it updates.
+    row = json.loads((FIXTURES / "probe-h100-lora.json").read_text())
+    row["measured"]["tokens_per_s"] = 9000.0
+    newer = home.parent / "newer.json"
+    newer.write_text(json.dumps(row))
+    assert run("calibrate", str(newer), "--replace")[0] == 0
+    (c,) = load_calibration().corrections
+    assert len(c.records) == 1 and c.records[0].measurement.tokens_per_s == 9000.0
+    assert run("calibrate", "--forget", "all")[0] == 0 and load_calibration().corrections == ()
+
+
+def test_logs_take_their_configuration_from_flags(home: Path) -> None:
+    args = ["--gpu", "h100-sxm", "--model", "qwen2.5-7b", "--method", "qlora", "--seq-len", "4096"]
+    args += ["--micro-batch", "2", "--grad-accum", "8", "--stack", "torchtune", "--date", "2026-11-28"]
+    code, out = run("calibrate", str(FIXTURES / "torchtune-qlora.log"), *args, "--json")
+    assert code == 0, out
+    data = json.loads(out)
+    (record,) = data["records"]
+    assert record["measurement"]["config"]["stack"] == "torchtune" and record["measurement"]["date"] == "2026-11-28"
+    assert data["corrections"][0]["method"] == "qlora"
+    code, out = run("calibrate", str(FIXTURES / "torchtune-qlora.log"), "--method", "qlora")
+    assert code == 2 and out.count("\n") == 1 and "pass --model" in out
+
+
+def test_a_dry_run_stores_nothing(home: Path) -> None:
+    code, out = run("calibrate", str(PROBE), "--dry-run")
+    assert code == 0 and "dry run" in out
+    assert not (home / "calibration.json").exists()
+
+
+def test_a_damaged_calibration_file_is_one_line_and_no_calibration_still_plans(home: Path) -> None:
+    home.mkdir(parents=True)
+    (home / "calibration.json").write_text('{"schema_version": 1, "corrections": [{"gpu": 3}]}')
+    code, out = run("plan", *BASE, "--top", "1")
+    assert code == 2 and out.count("\n") == 1 and "calibration.json" in out and "--forget all" in out
+    code, out = run("plan", *BASE, "--top", "1", "--no-calibration")
+    assert code == 0, out
+
+
+def test_a_run_config_refuses_what_jobspec_refuses() -> None:
+    config = RunConfig(model="llama-3.1-8b", method="lora", seq_len=2048, recipe={"optimizer": "adam-9bit"})
+    with pytest.raises(ftsolve.InvalidJobSpec):
+        config.options()
+    assert RunConfig(model="llama-3.1-8b", method="lora", seq_len=2048, stack="torchtune").options() == (
+        MemoryOptions.for_stack("torchtune")
+    )
