@@ -18,6 +18,11 @@ from ftsolve._errors import (
 from ftsolve._exports import export_plan
 from ftsolve.catalog import Catalog, GpuSpec, ModelArch, Offer, load_catalog, load_config_json
 from ftsolve.solver import (
+    Campaign,
+    CampaignConflict,
+    CampaignPlan,
+    CampaignRelaxation,
+    Capacity,
     CompareRow,
     CostItem,
     Extreme,
@@ -27,12 +32,18 @@ from ftsolve.solver import (
     MemoryBreakdown,
     Plan,
     PlanSet,
+    Quotas,
     Relaxation,
+    Run,
+    ScheduledRun,
     TimeBreakdown,
+    check_campaign,
     check_plan,
     compare,
+    load_campaign,
     pareto,
     plan,
+    plan_campaign,
 )
 from ftsolve.solver._estimate import MemoryEstimate, TimeEstimate, estimate_memory, estimate_time
 from ftsolve.solver._memory import MemoryOptions
@@ -43,6 +54,11 @@ except _metadata.PackageNotFoundError:  # running from a source tree
     __version__ = "0.0.0"
 
 __all__ = [
+    "Campaign",
+    "CampaignConflict",
+    "CampaignPlan",
+    "CampaignRelaxation",
+    "Capacity",
     "Catalog",
     "CatalogError",
     "CompareRow",
@@ -62,19 +78,25 @@ __all__ = [
     "Offer",
     "Plan",
     "PlanSet",
+    "Quotas",
     "Relaxation",
+    "Run",
+    "ScheduledRun",
     "TimeBreakdown",
     "TimeEstimate",
     "UnknownCatalogEntry",
     "UnsafeOutput",
     "__version__",
+    "check_campaign",
     "check_plan",
     "compare",
     "estimate_memory",
     "estimate_time",
     "export_plan",
+    "load_campaign",
     "load_catalog",
     "load_config_json",
     "pareto",
     "plan",
+    "plan_campaign",
 ]

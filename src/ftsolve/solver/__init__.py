@@ -1,6 +1,19 @@
 """Job spec, estimators, candidate grid, engines and plans."""
 
 from ftsolve.solver._api import check_plan, plan
+from ftsolve.solver._campaign import (
+    Campaign,
+    CampaignConflict,
+    CampaignPlan,
+    CampaignRelaxation,
+    Capacity,
+    Quotas,
+    Run,
+    ScheduledRun,
+    check_campaign,
+    load_campaign,
+    plan_campaign,
+)
 from ftsolve.solver._job import JobSpec
 from ftsolve.solver._plans import (
     CostItem,
@@ -15,6 +28,11 @@ from ftsolve.solver._plans import (
 from ftsolve.solver._sweeps import CompareRow, FrontierPoint, compare, pareto
 
 __all__ = [
+    "Campaign",
+    "CampaignConflict",
+    "CampaignPlan",
+    "CampaignRelaxation",
+    "Capacity",
     "CompareRow",
     "CostItem",
     "Extreme",
@@ -24,10 +42,16 @@ __all__ = [
     "MemoryBreakdown",
     "Plan",
     "PlanSet",
+    "Quotas",
     "Relaxation",
+    "Run",
+    "ScheduledRun",
     "TimeBreakdown",
+    "check_campaign",
     "check_plan",
     "compare",
+    "load_campaign",
     "pareto",
     "plan",
+    "plan_campaign",
 ]
