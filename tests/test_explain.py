@@ -56,7 +56,9 @@ def test_more_budget_later_deadline_or_extra_offer_never_raise_the_best_cost(
 def test_allowing_more_markets_never_raises_the_best_cost(job: JobSpec, offers: tuple[Offer, ...]) -> None:
     # A fallback standing alone plans all work on interruptible capacity where that keeps the
     # deadline; once interruptible is allowed the same run is offered under that name instead.
+    # Pure cost: within tie_tolerance the planner prefers on-demand, which may cost a cent more.
     cat = catalog_of(offers)
+    job = job.model_copy(update={"tie_tolerance": 0.0})
     base = _best(job, cat)
     if base is None:
         return
