@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 
 import ftsolve
 from ftsolve import JobSpec, Offer
-from ftsolve.solver._cost import FALLBACK, NOT_OFFERED, OD, SPOT, RunInputs, price_runs
+from ftsolve.solver._cost import ADAPTIVE, FALLBACK, NOT_OFFERED, OD, SPOT, RunInputs, price_runs
 from ftsolve.solver._risk import TAU_GRID_STEP, _mean_over_scale, best_interval, run_time_mean
 
 
@@ -59,7 +59,7 @@ def test_chosen_interval_is_the_minimum_within_a_grid_step(work: float, lam: flo
     def a(x: float) -> NDArray[np.float64]:
         return np.array([x])
 
-    tau, mean, _ = best_interval(a(work), a(lam), a(d), a(r))
+    tau, mean = best_interval(a(work), a(lam), a(d), a(r))
     fine = np.geomspace(1.0 / 120.0, work, 2000)
     fine_mean = run_time_mean(
         np.full_like(fine, work), np.full_like(fine, lam), fine, np.full_like(fine, d), np.full_like(fine, r)
@@ -74,12 +74,15 @@ def test_chosen_interval_is_the_minimum_within_a_grid_step(work: float, lam: flo
 
 
 @given(works, rates, deltas, restarts, st.floats(0.5, 0.99))
-def test_quantile_is_at_least_the_mean_and_grows_with_confidence(
+def test_quantile_grows_with_confidence_from_the_run_without_preemptions(
     work: float, lam: float, d: float, r: float, q: float
 ) -> None:
+    # The quantile of a skewed finish may sit below its mean (a run without preemptions likelier
+    # than q, a rare long one): it is bounded below by that run instead.
     c1 = price_runs(_run(SPOT, work, lam, d, r), q, None, 0, 0.05, 0.0, 0.0)
     c2 = price_runs(_run(SPOT, work, lam, d, r), min(q + 0.005, 0.995), None, 0, 0.05, 0.0, 0.0)
-    assert c1.quantile_hours[0] >= c1.expected_hours[0] - 1e-9
+    fastest = 0.1 + work + float(c1.checkpoint_hours[0])  # start-up, work, writes and final save
+    assert c1.quantile_hours[0] >= fastest - 1e-6
     assert c2.quantile_hours[0] >= c1.quantile_hours[0] - 1e-9
 
 
@@ -103,7 +106,7 @@ def test_fallback_meets_its_deadline_and_is_offered_only_when_needed(
 
 @given(works, rates, deltas, restarts)
 def test_cost_items_sum_to_the_total(work: float, lam: float, d: float, r: float) -> None:
-    for market in (OD, SPOT, FALLBACK):
+    for market in (OD, SPOT, FALLBACK, ADAPTIVE):
         c = price_runs(_run(market, work, lam, d, r), 0.9, work * 2 + 1, 2, 0.1, 0.1, 3.0)
         assert sum(int(v[0]) for v in c.items_cents.values()) == int(c.total_cents[0])
 

@@ -8,16 +8,17 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
-import yaml
 
-from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
-from ftsolve._exports import EXPORTERS, export_plan
+from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan, UnsafeOutput
+from ftsolve._exports import EXPORTERS, export_files, render_export
 from ftsolve._files import write_atomically
 from ftsolve.catalog import load_catalog
+from ftsolve.cli._campaign import campaign_cmd
 from ftsolve.cli._catalog import catalog_group, models_group
 from ftsolve.cli._common import errors, one_line, plain
 from ftsolve.cli._estimate import estimate_group
 from ftsolve.cli._options import GroupedCommand, job_from_options, job_options
+from ftsolve.cli._probe import calibrate_cmd, probe_cmd
 from ftsolve.cli._render import (
     progress_bar,
     render_compare,
@@ -29,6 +30,7 @@ from ftsolve.cli._render import (
     write_plot,
 )
 from ftsolve.solver import Infeasibility, JobSpec, PlanSet, plan
+from ftsolve.solver._campaign import campaign_schema
 from ftsolve.solver._sweeps import compare, pareto
 
 
@@ -96,8 +98,9 @@ def cli() -> None:
 @click.option("--top", type=int, default=5, help="Number of plans (5).")
 @click.option("--within", type=float, help="Every plan within this share of the best: 0.05.")
 @click.option("--markdown", is_flag=True, help="Print a Markdown table.")
+@click.option("--wide", is_flag=True, help="Show every column, however wide.")
 @errors
-def plan_cmd(top: int, within: float | None, markdown: bool, **o: Any) -> None:
+def plan_cmd(top: int, within: float | None, markdown: bool, wide: bool, **o: Any) -> None:
     """Rank plans for a fine-tuning job. Exit 0: plans; 1: none feasible (explained); 2: bad input."""
     result = _plans_or_exit(o, top, within)
     if o["json"]:
@@ -105,7 +108,7 @@ def plan_cmd(top: int, within: float | None, markdown: bool, **o: Any) -> None:
     elif markdown:
         click.echo(render_markdown(result))
     else:
-        render_plans(result)
+        render_plans(result, wide=wide)
     _warn_stale(result, o["max_age_days"])
 
 
@@ -127,35 +130,59 @@ def explain_cmd(rank: int, **o: Any) -> None:
 
 
 @cli.command("export", cls=GroupedCommand)
-@click.argument("kind", type=click.Choice(list(EXPORTERS)))
+@click.argument("kind", type=click.Choice(list(EXPORTERS)), metavar="KIND")
 @job_options
-@click.option("--rank", type=int, default=1, show_default=True, help="Which plan to export.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
+@click.option("--rank", type=int, multiple=True, help="Plan to export (1); repeat with --out DIR.")
+@click.option("--out", "out_arg", metavar="PATH", help="FILE.yaml/.json, or DIR: a folder per plan.")
 @errors
-def export_cmd(kind: str, rank: int, out: Path | None, **o: Any) -> None:
-    """Write a launch config for a plan: a SkyPilot task, an accelerate config or an axolotl recipe."""
-    result = _plans_or_exit({**o, "json": False}, max(rank, 5), None)
-    if rank < 1 or rank > len(result.plans):
-        raise InvalidJobSpec(f"invalid rank {rank}: there are {len(result.plans)} plans")
+def export_cmd(kind: str, rank: tuple[int, ...], out_arg: str | None, **o: Any) -> None:
+    """Write a plan's config. KIND: skypilot (a task with the configs it runs), accelerate,
+    axolotl, torchtune or transformers (TrainingArguments JSON)."""
+    if out_arg is not None and not out_arg.strip():
+        raise InvalidJobSpec("--out needs a file (.yaml, .json) or a folder name")
+    out = None if out_arg is None else Path(out_arg)
+    ranks = tuple(dict.fromkeys(rank or (1,)))
+    single = out is None or out.suffix.lower() in (".yaml", ".yml", ".json")
+    if single and len(ranks) > 1:
+        raise InvalidJobSpec("several --rank values need --out DIR (one folder per plan)")
+    result = _plans_or_exit({**o, "json": False}, max(*ranks, 5), None)
+    for r in ranks:
+        if r < 1 or r > len(result.plans):
+            raise InvalidJobSpec(f"invalid rank {r}: there are {len(result.plans)} plans")
     catalog = load_catalog(o["offers"])
-    text = yaml.safe_dump(export_plan(kind, result.plans[rank - 1], result.job, catalog), sort_keys=False)
-    # The reason names providers from the catalog: one comment line whatever they contain.
-    header = f"# ftsolve plan {rank}: {' '.join(result.plans[rank - 1].why.split())}\n"
-    if out is None:
-        click.echo(header + text, nl=False)
-    else:
-        write_atomically(out, header + text)
-        click.echo(f"wrote {out}")
+    if single:
+        text = render_export(kind, result.plans[ranks[0] - 1], result.job, catalog)
+        if out is None:
+            click.echo(text, nl=False)
+        else:
+            write_atomically(out, text)
+            click.echo(f"wrote {out}")
+        return
+    assert out is not None
+    # Every folder's files are made before any is written: a refused plan leaves nothing behind.
+    folders = {r: export_files(kind, result.plans[r - 1], result.job, catalog) for r in ranks}
+    for r, files in folders.items():
+        folder = out / f"plan-{r}"
+        if folder.is_symlink():
+            raise UnsafeOutput(f"{folder} is a symbolic link; give --out a folder of your own")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UnsafeOutput(f"{folder}: cannot create the folder ({exc.strerror or type(exc).__name__})") from None
+        for name, text in files.items():
+            write_atomically(folder / name, text)
+        click.echo(f"wrote {folder}: {', '.join(files)}")
 
 
 @cli.command("schema")
-@click.argument("what", type=click.Choice(["job", "plan", "infeasible"]))
+@click.argument("what", type=click.Choice(["job", "plan", "infeasible", "campaign"]))
 def schema_cmd(what: str) -> None:
-    """Print the JSON Schema of the job input, the plan output, or the no-plan explanation."""
+    """Print the JSON Schema of the job input, the plan output, the no-plan explanation, or a campaign file."""
     schema = {
         "job": JobSpec.model_json_schema,
         "plan": PlanSet.model_json_schema,
         "infeasible": Infeasibility.model_json_schema,
+        "campaign": campaign_schema,
     }[what]()
     click.echo(json.dumps(schema, indent=2))
 
@@ -203,6 +230,9 @@ def pareto_cmd(sweep: str, points: int, plot: Path | None, **o: Any) -> None:
 cli.add_command(catalog_group)
 cli.add_command(estimate_group)
 cli.add_command(models_group)
+cli.add_command(campaign_cmd)
+cli.add_command(probe_cmd)
+cli.add_command(calibrate_cmd)
 
 
 def main() -> None:

@@ -77,11 +77,7 @@ RECIPE_FIELDS = tuple(sorted((n for n in FLAG_FIELDS if field_group(n) == "recip
 _FIELD_ORDER = tuple(sorted(FLAG_FIELDS, key=lambda n: n in RECIPE_FIELDS and n != "stack"))
 
 
-# click 8.2+ makes ParamType generic (value, input); older clicks cannot be subscripted at run time.
-if typing.TYPE_CHECKING:
-    _ParamType = click.ParamType[Any, Any]
-else:
-    _ParamType = click.ParamType
+_ParamType = click.ParamType
 
 
 # --- Types: human input to field values, one line "Error: ..." and exit 2 when it is not one ---

@@ -1,14 +1,21 @@
 """Expected total cost and finish time of a run by market (physics.md §10, prices-and-spot.md).
 
-Three markets:
+Four markets:
 - on-demand: deterministic time; billed with the provider's granularity.
-- interruptible: Poisson preemptions, checkpoint interval chosen per plan (see _risk.py).
+- interruptible: Poisson preemptions, checkpoint interval chosen per plan; the finish quantile is
+  the exact compound distribution's (see _risk.py), so the stated confidence is what it says.
 - fallback: interruptible for the first fraction f of the work, then the last checkpoint is
   resumed on on-demand capacity for the rest. f is the largest multiple of 1/20 whose finish time
-  at the job's confidence still meets the deadline, so the deadline is kept by on-demand
-  capacity and the slack is spent on cheap interruptible hours. It is a static split, simpler
-  than the adaptive Uniform Progress policy of "Can't Be Late" (NSDI 2024) that it approximates;
-  its cost is exact for the model, so it can be checked by simulation.
+  at the job's confidence still meets the deadline: a static split decided up front.
+- adaptive: interruptible capacity until the switch rule of _risk.py moves the run to on-demand
+  capacity, so that on-demand is used only on the unlucky runs and every run meets the deadline
+  (the safety net of "Can't Be Late", NSDI 2024, taken at preemptions). Its expected cost and finish
+  quantile are computed analytically (_risk.adaptive_phase).
+Both fallbacks are offered only where interruptible capacity alone misses the deadline (unless the
+user rules plain interruptible capacity out); where both are priced for the same offer and
+configuration, the dearer one is dropped, and an adaptive run dearer than on-demand capacity is
+not offered. All costs are exact for the model, so they can be checked by simulation
+(benchmarks/spot_montecarlo.py).
 
 Trial runs and failed attempts are priced on the plan's own market and configuration: each
 trial costs a start-up plus its fraction of the run; a failed attempt costs a start-up plus half
@@ -25,14 +32,14 @@ from numpy.typing import NDArray
 
 from ftsolve.solver import _items
 from ftsolve.solver._items import Spend
-from ftsolve.solver._risk import best_interval, cantelli_quantile, checkpoint_count
+from ftsolve.solver._risk import adaptive_phase, checkpoint_count, phase_quantiles
 from ftsolve.solver._rows import unique_rows
 
 F = NDArray[np.float64]
 I = NDArray[np.int64]
 B = NDArray[np.bool_]
 
-OD, SPOT, FALLBACK = 0, 1, 2
+OD, SPOT, FALLBACK, ADAPTIVE = 0, 1, 2, 3  # positions in _job.MARKETS
 FALLBACK_STEPS = 20
 
 
@@ -120,20 +127,24 @@ class Timing:
 
 def spot_phase(work: F, r: Timing, confidence: float) -> tuple[F, F, F, F]:
     """Interruptible phase of `work` hours: interval, mean, confidence-quantile, checkpoint writes."""
-    tau, mean, var = best_interval(work, r.rate, r.ckpt_write_h, r.restart_h)
+    tau, mean, quantile = phase_quantiles(work, r.rate, r.ckpt_write_h, r.restart_h, confidence)
     writes = checkpoint_count(work, tau) * r.ckpt_write_h
-    return tau, mean, cantelli_quantile(mean, var, confidence), writes
+    return tau, mean, quantile, writes
 
 
 @dataclass(frozen=True)
 class SpotPhase:
-    """The interruptible part of each candidate's run (see _time_part)."""
+    """The interruptible part of each candidate's run and what follows it (see _time_part)."""
 
-    fraction: F  # share f of the work; NOT_OFFERED for a fallback that is not offered
+    fraction: F  # expected share of the work done on interruptible capacity; NOT_OFFERED: dropped
     interval_h: F  # checkpoint interval τ, nan without an interruptible phase
-    mean_h: F  # wall hours of the interruptible phase after start-up
-    quantile_h: F  # the same at the job's confidence
-    writes_h: F  # checkpoint writes in it
+    mean_h: F  # expected wall hours on interruptible capacity after start-up, final save aside
+    quantile_h: F  # confidence-quantile of the hours after start-up to the end of training
+    writes_h: F  # expected checkpoint writes on interruptible capacity
+    switch: F  # P(the run resumes on on-demand capacity)
+
+    def take(self, idx: I) -> SpotPhase:
+        return SpotPhase(*(getattr(self, f.name)[idx] for f in fields(self)))
 
 
 def price_runs(
@@ -150,7 +161,7 @@ def price_runs(
     """Cost items (integer cents, one per _items.COST_ITEMS entry), expected and quantile finish
     hours for each candidate.
 
-    standalone_fallback: the user allows the fallback but not plain interruptible capacity, so a
+    standalone_fallback: the user allows the fallbacks but not plain interruptible capacity, so a
     fallback is priced even where interruptible capacity alone would keep the deadline.
     same_time_as: for each candidate, the index of one with the same market and time inputs
     (work, start-up, restart, writes, final save, rate), pointing to itself where it is the one;
@@ -163,6 +174,7 @@ def price_runs(
     for cents in items.values():  # a running sum: stacking the items first costs a copy of them all
         total += cents
     total = np.minimum(total, MAX_CENTS)
+    fraction = np.where(_dearer(r, total, s, phase.fraction > 0), NOT_OFFERED, phase.fraction)
     return RunCosts(
         items_cents=items,
         total_cents=total.astype(np.int64),
@@ -171,8 +183,35 @@ def price_runs(
         checkpoint_interval_h=phase.interval_h,
         checkpoint_hours=phase.writes_h + r.final_save_h,
         rework_hours=s.rework_h,
-        spot_fraction=phase.fraction,
+        spot_fraction=fraction,
     )
+
+
+def _dearer(r: RunInputs, total: I, s: Spend, offered: B) -> B:
+    """Fallback candidates to drop: an adaptive run dearer than on-demand capacity with the same
+    inputs, and of a static and an adaptive fallback with the same inputs (prices, facts, times)
+    the dearer one (the static one on a tie: the adaptive one keeps the deadline on every run)."""
+    out = np.zeros(total.shape[0], dtype=bool)
+    adaptive = offered & (r.market == ADAPTIVE)
+    if adaptive.any():
+        od_h = r.startup_h + r.work_h + r.final_save_h
+        od_usd = (od_h + _rounding(r, od_h)) * s.od_usd_per_h
+        run_usd = s.usd_per_h * (s.total_h - s.trial_h - s.failed_h)
+        out[adaptive & (run_usd > od_usd + 1e-9)] = True
+    idx = np.flatnonzero(offered & ~out & ((r.market == FALLBACK) | (r.market == ADAPTIVE)))
+    kinds = r.market[idx] == ADAPTIVE
+    if kinds.all() or not kinds.any():
+        return out
+    cols: list[NDArray[np.generic]] = [r.work_h, r.startup_h, r.restart_h, r.ckpt_write_h, r.final_save_h, r.rate]
+    cols += [r.od_usd_per_h, r.spot_usd_per_h, r.per_hour_billing, r.per_minute_billing, r.storage_usd_per_gb_month]
+    cols += [r.volume_gb, r.egress_usd_per_gb, r.output_gb, *r.offer_facts.values()]
+    _, group = unique_rows(np.nan_to_num(np.stack([np.asarray(c, dtype=np.float64)[idx] for c in cols], axis=1)))
+    best = np.full((int(group.max()) + 1, 2), MAX_CENTS + 1, dtype=np.int64)
+    np.minimum.at(best, (group, kinds.astype(np.int64)), total[idx])
+    both = (best[:, 0] <= MAX_CENTS) & (best[:, 1] <= MAX_CENTS)
+    adaptive_wins = best[:, 1] <= best[:, 0]
+    out[idx] = both[group] & np.where(kinds, ~adaptive_wins[group], adaptive_wins[group])
+    return out
 
 
 def _spot_phases(
@@ -192,9 +231,17 @@ def _spot_phases(
     else:
         first, inverse = _representatives(same_time_as)
     reps = Timing.of(r).take(first)
-    parts = _time_part(reps, confidence, deadline_hours, trials, trial_fraction, standalone_fallback)
-    f, tau, mean, q, writes = (a[inverse] for a in parts)
-    return SpotPhase(fraction=f, interval_h=tau, mean_h=mean, quantile_h=q, writes_h=writes)
+    return _time_part(reps, confidence, deadline_hours, trials, trial_fraction, standalone_fallback).take(inverse)
+
+
+def _rounding(r: RunInputs, od_h: F) -> F:
+    """Hours billed beyond `od_h` of on-demand use by the provider's granularity."""
+    out: F = np.where(
+        r.per_hour_billing,
+        np.ceil(od_h - 1e-9) - od_h,
+        np.where(r.per_minute_billing, np.ceil(od_h * 60 - 1e-9) / 60 - od_h, 0.0),
+    )
+    return np.where(od_h > 0, out, 0.0)
 
 
 def _spend(
@@ -210,25 +257,22 @@ def _spend(
     on_spot = f > 0
     spot_work = f * r.work_h
     od_work = r.work_h - spot_work
-    switch = np.where(on_spot & (od_work > 0), r.restart_h, 0.0)  # resume on on-demand capacity
+    ends_on_od = np.where(on_spot, phase.switch, 1.0)  # the share of runs that end on on-demand capacity
+    switch = np.where(on_spot, phase.switch * r.restart_h, 0.0)  # resume on on-demand capacity
     rework = np.where(on_spot, np.maximum(phase.mean_h - spot_work - phase.writes_h, 0.0), 0.0)
 
-    spot_h = np.where(on_spot, r.startup_h + phase.mean_h, 0.0)
-    od_h = np.where(on_spot, switch + od_work, r.startup_h + r.work_h)
-    ends_on_od = od_work > 0
-    od_h = od_h + np.where(ends_on_od, r.final_save_h, 0.0)
-    spot_h = spot_h + np.where(ends_on_od, 0.0, r.final_save_h)
+    spot_h = np.where(on_spot, r.startup_h + phase.mean_h, 0.0) + (1.0 - ends_on_od) * r.final_save_h
+    od_h = np.where(on_spot, switch + od_work, r.startup_h + r.work_h) + ends_on_od * r.final_save_h
     expected_run = spot_h + od_h
-    quantile_run = np.where(on_spot, r.startup_h + phase.quantile_h, r.startup_h) + switch + od_work + r.final_save_h
+    quantile_run = r.startup_h + np.where(on_spot, phase.quantile_h, r.work_h) + r.final_save_h
 
     spot_rate = np.nan_to_num(r.spot_usd_per_h)
     od_rate = np.nan_to_num(r.od_usd_per_h)
-    rounding = np.where(
-        r.per_hour_billing,
-        np.ceil(od_h - 1e-9) - od_h,
-        np.where(r.per_minute_billing, np.ceil(od_h * 60 - 1e-9) / 60 - od_h, 0.0),
-    )
-    rounding = np.where(od_h > 0, rounding, 0.0)
+    # An adaptive run uses on-demand capacity only when it switches, for a time that varies: half
+    # the billing step then, on average.
+    varies = r.market == ADAPTIVE
+    step = np.where(r.per_hour_billing, 1.0, np.where(r.per_minute_billing, 1.0 / 60.0, 0.0))
+    rounding = np.where(varies, 0.5 * step * phase.switch, _rounding(r, od_h))
     run_usd = spot_h * spot_rate + (od_h + rounding) * od_rate
     per_hour = np.where(expected_run > 0, run_usd / np.maximum(expected_run, 1e-12), 0.0)
 
@@ -255,7 +299,7 @@ def _spend(
     return spend, expected_run, quantile_run
 
 
-NOT_OFFERED = -1.0  # spot_fraction of a fallback candidate whose interruptible-only twin keeps the deadline
+NOT_OFFERED = -1.0  # spot_fraction of a fallback candidate that is dropped (see _time_part, _dearer)
 
 
 def _time_part(
@@ -265,83 +309,111 @@ def _time_part(
     trials: int,
     trial_fraction: float,
     standalone_fallback: bool,
-) -> tuple[F, F, F, F, F]:
-    """(interruptible share f, interval τ, mean and quantile wall hours of the interruptible phase,
-    checkpoint-write hours) for each candidate. A fallback is offered only where interruptible
+) -> SpotPhase:
+    """The interruptible phase of each candidate. A fallback is offered only where interruptible
     capacity alone misses the deadline; elsewhere its share is NOT_OFFERED, or, for a standalone
-    fallback, 1 (the switch to on-demand is never planned, only kept in reserve)."""
+    fallback, 1 (the static split never plans the switch, the adaptive rule may still make it)."""
     n = r.work_h.shape[0]
-    od, fb = r.market == OD, r.market == FALLBACK
-    tau = np.full(n, np.nan)
-    spot_mean = np.zeros(n)  # wall hours of the interruptible phase after start-up
-    spot_q = np.zeros(n)
-    writes = np.zeros(n)
+    od = r.market == OD
+    phase = SpotPhase(
+        fraction=np.where(od, 0.0, 1.0),
+        interval_h=np.full(n, np.nan),
+        mean_h=np.zeros(n),
+        quantile_h=r.work_h.copy(),
+        writes_h=np.zeros(n),
+        switch=np.zeros(n),
+    )
     # Everything but on-demand first as if all work ran on interruptible capacity (f = 1).
-    f = np.where(od, 0.0, 1.0)
-    whole = ~od
-    if whole.any():
-        t_s, m_s, q_s, w_s = spot_phase(r.work_h[whole], r.take(np.flatnonzero(whole)), confidence)
-        tau[whole], spot_mean[whole], spot_q[whole], writes[whole] = t_s, m_s, q_s, w_s
-    if fb.any():
-        idx = np.nonzero(fb)[0]
-        sub = r.take(idx)
-        # Trials run before the final run; reserve their on-demand duration from the deadline.
-        trial_reserve = trials * (sub.startup_h + trial_fraction * (sub.work_h + sub.final_save_h))
-        alone = sub.startup_h + spot_q[idx] + sub.final_save_h + trial_reserve
-        misses = alone > deadline_hours if deadline_hours is not None else np.zeros(idx.size, dtype=bool)
-        needed = idx[misses]
-        f[idx] = 1.0 if standalone_fallback else NOT_OFFERED
-        if needed.size:
-            part = r.take(needed)
-            f[needed] = _fallback_fraction(part, confidence, deadline_hours, trial_reserve[misses])
-            share = f[needed] > 0
-            if share.any():
-                rows = needed[share]
-                t_s, m_s, q_s, w_s = spot_phase((f * r.work_h)[rows], r.take(rows), confidence)
-                tau[rows], spot_mean[rows], spot_q[rows], writes[rows] = t_s, m_s, q_s, w_s
-        # No interruptible phase: all on-demand (share 0) or not offered.
-        off = fb & (f <= 0)
-        tau[off], spot_mean[off], spot_q[off], writes[off] = np.nan, 0.0, 0.0, 0.0
-    return f, tau, spot_mean, spot_q, writes
+    whole = np.flatnonzero(~od)
+    if whole.size:
+        t_s, m_s, q_s, w_s = spot_phase(r.work_h[whole], r.take(whole), confidence)
+        phase.interval_h[whole], phase.mean_h[whole], phase.quantile_h[whole], phase.writes_h[whole] = (
+            t_s,
+            m_s,
+            q_s,
+            w_s,
+        )
+    fb = np.flatnonzero((r.market == FALLBACK) | (r.market == ADAPTIVE))
+    if fb.size == 0:
+        return phase
+    sub = r.take(fb)
+    # Trials run before the final run; reserve their on-demand duration from the deadline.
+    reserve = trials * (sub.startup_h + trial_fraction * (sub.work_h + sub.final_save_h))
+    alone = sub.startup_h + phase.quantile_h[fb] + sub.final_save_h + reserve
+    misses = alone > deadline_hours if deadline_hours is not None else np.zeros(fb.size, dtype=bool)
+    phase.fraction[fb] = 1.0 if standalone_fallback else NOT_OFFERED
+    static = misses & (sub.market == FALLBACK)
+    if static.any():
+        _static_split(r, fb[static], phase, confidence, deadline_hours, reserve[static])
+    adaptive = (sub.market == ADAPTIVE) & (misses | standalone_fallback) & (deadline_hours is not None)
+    if adaptive.any():
+        _adaptive(r, fb[adaptive], phase, confidence, float(deadline_hours or 0.0), reserve[adaptive])
+    # No interruptible phase: all on-demand (share 0) or not offered.
+    off = fb[phase.fraction[fb] <= 0]
+    phase.interval_h[off], phase.mean_h[off], phase.writes_h[off], phase.switch[off] = np.nan, 0.0, 0.0, 0.0
+    phase.quantile_h[off] = r.work_h[off]
+    return phase
+
+
+def _static_split(r: Timing, rows: I, phase: SpotPhase, confidence: float, deadline: float | None, reserve: F) -> None:
+    """The static split of the fallback rows `rows` (written into `phase`)."""
+    part = r.take(rows)
+    f = _fallback_fraction(part, confidence, deadline, reserve)
+    phase.fraction[rows] = f
+    share = f > 0
+    if not share.any():
+        return
+    idx = rows[share]
+    sub = r.take(idx)
+    t_s, m_s, q_s, w_s = spot_phase(f[share] * sub.work_h, sub, confidence)
+    od_rest = (1.0 - f[share]) * sub.work_h
+    planned = od_rest > 0
+    phase.interval_h[idx], phase.mean_h[idx], phase.writes_h[idx] = t_s, m_s, w_s
+    phase.quantile_h[idx] = q_s + np.where(planned, sub.restart_h + od_rest, 0.0)
+    phase.switch[idx] = planned.astype(np.float64)
+
+
+def _adaptive(r: Timing, rows: I, phase: SpotPhase, confidence: float, deadline: float, reserve: F) -> None:
+    """The adaptive fallback of `rows` (written into `phase`); NOT_OFFERED where the slack does not
+    cover one segment (the rule would switch at once: that is on-demand capacity)."""
+    sub = r.take(rows)
+    slack = deadline - reserve - sub.startup_h - sub.restart_h - sub.work_h - sub.final_save_h
+    phase.fraction[rows] = NOT_OFFERED
+    keep = slack >= 0  # else on-demand capacity alone misses the deadline
+    if not keep.any():
+        return
+    rows, sub, slack = rows[keep], sub.take(np.flatnonzero(keep)), slack[keep]
+    a = adaptive_phase(sub.work_h, sub.rate, sub.ckpt_write_h, sub.restart_h, slack, confidence)
+    ok = a.offered & (a.quantile_h <= slack + sub.restart_h + sub.work_h + 1e-9)
+    phase.fraction[rows] = np.where(ok, a.spot_work_h / np.maximum(sub.work_h, 1e-12), NOT_OFFERED)
+    phase.interval_h[rows], phase.mean_h[rows], phase.writes_h[rows] = a.interval_h, a.spot_h, a.writes_h
+    phase.quantile_h[rows], phase.switch[rows] = a.quantile_h, 1.0 - a.no_switch
 
 
 def _fallback_fraction(r: Timing, confidence: float, deadline_hours: float | None, reserve_h: F) -> F:
     """Largest f = j/STEPS (0 < j < STEPS) whose confidence-quantile finish meets the deadline; 0 if none.
 
-    The finish time grows with f (interruptible work carries rework), so j is found by bisection.
+    Every share is priced in one pass (the rows are distinct per share there), so that a few rows
+    do not pay a pass per step of a bisection.
     """
     n = r.work_h.shape[0]
     if deadline_hours is None or n == 0:
         return np.zeros(n)
-
-    lo = np.zeros(n, dtype=np.int64)  # j = 0 (all on-demand) is the fallback of the fallback
-    hi = np.full(n, FALLBACK_STEPS - 1, dtype=np.int64)
     # Where on-demand alone misses the deadline no interruptible share can meet it.
-    possible = r.startup_h + r.work_h + r.final_save_h + reserve_h <= deadline_hours
-    hi[~possible] = 0
-    top = np.zeros(n, dtype=bool)
-    if possible.any():
-        idx = np.nonzero(possible)[0]
-        top[idx] = meets_subset(r, idx, hi[idx], confidence, deadline_hours, reserve_h)
-    lo[top] = hi[top]
-    open_ = lo < hi
-    while open_.any():
-        mid = (lo + hi + 1) // 2
-        idx = np.nonzero(open_)[0]
-        ok = meets_subset(r, idx, mid[idx], confidence, deadline_hours, reserve_h)
-        lo[idx[ok]] = mid[idx[ok]]
-        hi[idx[~ok]] = mid[idx[~ok]] - 1
-        open_ = lo < hi
-    out: F = lo / FALLBACK_STEPS
-    return out
-
-
-def meets_subset(r: Timing, idx: I, j: I, confidence: float, deadline: float, reserve_h: F) -> B:
-    sub = r.take(idx)
-    f = j / FALLBACK_STEPS
+    possible = np.flatnonzero(r.startup_h + r.work_h + r.final_save_h + reserve_h <= deadline_hours)
+    out = np.zeros(n)
+    if possible.size == 0:
+        return out
+    j = np.arange(1, FALLBACK_STEPS, dtype=np.float64)
+    rows = np.repeat(possible, j.size)
+    f = np.tile(j, possible.size) / FALLBACK_STEPS
+    sub = r.take(rows)
     _, _, q, _ = spot_phase(sub.work_h * f, sub, confidence)
-    finish = sub.startup_h + q + sub.restart_h + (1 - f) * sub.work_h + sub.final_save_h + reserve_h[idx]
-    out: B = finish <= deadline
+    finish = sub.startup_h + q + sub.restart_h + (1 - f) * sub.work_h + sub.final_save_h + reserve_h[rows]
+    ok = (finish <= deadline_hours).reshape(possible.size, j.size)
+    # The finish grows with f (interruptible work carries rework): the largest share that meets it.
+    best = np.where(ok.any(axis=1), j.size - np.argmax(ok[:, ::-1], axis=1), 0)
+    out[possible] = best / FALLBACK_STEPS
     return out
 
 

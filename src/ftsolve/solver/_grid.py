@@ -21,7 +21,7 @@ from ftsolve.catalog import Catalog, GpuSpec, ModelArch, Offer, OfferArrays
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver import _constraints
 from ftsolve.solver._compat import CONFIGS
-from ftsolve.solver._cost import FALLBACK, OD, SPOT, RunCosts, price_runs
+from ftsolve.solver._cost import ADAPTIVE, FALLBACK, OD, SPOT, RunCosts, price_runs
 from ftsolve.solver._estimate import resolve_arch
 from ftsolve.solver._job import MARKETS, JobSpec
 from ftsolve.solver._memory import ModelSizes
@@ -294,7 +294,7 @@ def _price(job: JobSpec, c: Candidates, runs: Runs, same_time_as: I | None) -> _
     startup_h, rate = runs.startup_h, runs.rate
     # The spot-then-on-demand fallback is offered only where interruptible capacity alone misses
     # the deadline (NOT_OFFERED) and some work can still go to it (a zero share is on-demand).
-    useless = (runs.inputs.market == FALLBACK) & (sub.spot_fraction <= 0)
+    useless = ((runs.inputs.market == FALLBACK) | (runs.inputs.market == ADAPTIVE)) & (sub.spot_fraction <= 0)
     if useless.any():
         stays = np.ones(len(c), dtype=bool)
         stays[idx[useless]] = False

@@ -35,7 +35,7 @@ class Spend:
     spot_usd_per_h: F  # all GPUs together; 0 where the offer has no such price
     od_usd_per_h: F
     on_spot: B  # some of the work runs on interruptible capacity
-    ends_on_od: B  # the run finishes (and saves) on on-demand capacity
+    ends_on_od: F  # the share of runs that finish (and save) on on-demand capacity
     spot_work_h: F
     od_work_h: F
     checkpoint_writes_h: F
@@ -113,7 +113,7 @@ COST_ITEMS: tuple[CostItemSpec, ...] = (
         "checkpoint writes and the final save",
         lambda s: (
             s.checkpoint_writes_h * s.spot_usd_per_h
-            + s.runs.final_save_h * np.where(s.ends_on_od, s.od_usd_per_h, s.spot_usd_per_h)
+            + s.runs.final_save_h * (s.ends_on_od * s.od_usd_per_h + (1.0 - s.ends_on_od) * s.spot_usd_per_h)
         ),
     ),
     CostItemSpec(

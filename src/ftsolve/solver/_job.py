@@ -21,7 +21,7 @@ from ftsolve.solver._memory import MemoryOptions
 from ftsolve.solver._stacks import Loss, StackName
 
 Method = Literal["full", "lora", "qlora"]
-Market = Literal["on-demand", "interruptible", "fallback"]
+Market = Literal["on-demand", "interruptible", "fallback", "adaptive"]
 Optimizer = Literal[
     "adamw", "adamw-fp32", "adamw-bf16", "adamw-8bit", "paged-adamw", "paged-adamw-8bit", "sgd", "adafactor"
 ]
@@ -30,7 +30,7 @@ LoraTargets = Literal["all-linear", "attention", "mlp", "qv"]
 Unit = Literal["count", "hours", "usd"]
 
 METHODS: tuple[Method, ...] = ("full", "lora", "qlora")
-MARKETS: tuple[Market, ...] = ("on-demand", "interruptible", "fallback")
+MARKETS: tuple[Market, ...] = ("on-demand", "interruptible", "fallback", "adaptive")  # codes in _cost.py
 
 EU_COUNTRIES = frozenset(
     [
@@ -239,15 +239,6 @@ class JobSpec(BaseModel):
         description="quantize lm_head with the layers (LitGPT does, others do not)",
         json_schema_extra=_cli("recipe", "--quantize-head"),
     )
-    early_stop_patience: int | None = Field(
-        default=None,
-        gt=0,
-        le=10_000,
-        title="Evaluations without improvement before stopping",
-        description="stop when the evaluation loss has not improved for this many evaluations (exports only; "
-        "the plan still prices the whole token budget)",
-        json_schema_extra=_cli("recipe"),
-    )
     memory_margin: float | None = Field(
         default=None,
         ge=0,
@@ -398,6 +389,15 @@ class JobSpec(BaseModel):
         le=10.0,
         title="Evaluation tokens per training token",
         description="evaluation tokens as a share of training tokens (forward only)",
+        json_schema_extra=_cli("policy"),
+    )
+    early_stop_patience: int | None = Field(
+        default=None,
+        gt=0,
+        le=10_000,
+        title="Evaluations without improvement before stopping",
+        description="stop when the evaluation loss has not improved for this many evaluations (exports only; "
+        "the plan still prices the whole token budget)",
         json_schema_extra=_cli("policy"),
     )
     download_mb_per_s: float = Field(

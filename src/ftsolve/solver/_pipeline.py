@@ -25,7 +25,7 @@ from ftsolve._errors import UnknownCatalogEntry
 from ftsolve.catalog import BILLING_CODES, Catalog, GpuSpec, OfferArrays, planning_prices, resolve_gpu
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._compat import CONFIGS, GPU_RULES, SETUP_RULES, TIMING_RULES, OnGpu, Setup, holds_all
-from ftsolve.solver._cost import FALLBACK, OD, SPOT, RunInputs
+from ftsolve.solver._cost import ADAPTIVE, FALLBACK, OD, SPOT, RunInputs
 from ftsolve.solver._hardware import Hardware, hardware
 from ftsolve.solver._items import item_offer_facts
 from ftsolve.solver._job import EEA_COUNTRIES, MARKETS, METHODS, JobSpec
@@ -172,7 +172,7 @@ def scope_offers(job: JobSpec, arr: OfferArrays) -> tuple[B, ScopeReport]:
             "markets",
             (has_od & ("on-demand" in markets))
             | (has_spot & ("interruptible" in markets))
-            | (has_od & has_spot & ("fallback" in markets)),
+            | (has_od & has_spot & bool(markets & {"fallback", "adaptive"})),
         ),
         ("max_gpus", arr.gpus_per_node <= job.max_gpus),
     ]
@@ -214,12 +214,13 @@ def _market_rows(job: JobSpec, arr: OfferArrays, scope: B, gid: I, prune: bool) 
     for mk, name in enumerate(MARKETS):
         if name not in job.markets:
             continue
-        if mk == FALLBACK and job.deadline_hours is None and "interruptible" in job.markets:
+        both = mk in (FALLBACK, ADAPTIVE)  # both prices needed
+        if both and job.deadline_hours is None and "interruptible" in job.markets:
             continue  # without a deadline, interruptible alone is the cheaper way to use slack
         ids = np.nonzero(scope & (od_ok if mk == OD else spot_ok if mk == SPOT else od_ok & spot_ok))[0]
         if twins is not None and ids.size:
             group = twins[ids]
-            if mk == FALLBACK:
+            if both:
                 ids = _pareto_per_group(ids, group, arr.on_demand[ids], arr.interruptible[ids])
             else:
                 ids = _cheapest_per_group(ids, group, (arr.on_demand if mk == OD else arr.interruptible)[ids])

@@ -76,7 +76,7 @@ class Plan(_Frozen):
     micro_batch: int
     grad_accum: int
     global_batch: int = Field(description="micro-batch x accumulation x GPUs: the batch the run trains with")
-    market: Literal["on-demand", "interruptible", "fallback"]
+    market: Literal["on-demand", "interruptible", "fallback", "adaptive"]
     price_usd_per_gpu_hour: float
     price_date: dt.date
     memory: MemoryBreakdown
