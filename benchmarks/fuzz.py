@@ -956,7 +956,9 @@ def run_cli(case: CliCase, timeout_s: float = HARD_TIMEOUT_S) -> Outcome:
     limit = 4096 + 2 * sum(len(a) for a in case.argv)
     if result.exit_code == 2 and len(stderr) > limit:
         out.add(OVERSIZED, f"stderr > {limit} chars", f"{len(stderr)} chars: {stderr[:120]!r}...")
-    if case.json and result.exit_code in (0, 1) and result.stdout.strip():
+    # --help (anywhere, as click reads it) prints the help text, whatever else was asked for.
+    asked_help = any(a in ("--help", "-h", "--help-all") for a in case.argv)
+    if case.json and not asked_help and result.exit_code in (0, 1) and result.stdout.strip():
         try:
             json.loads(result.stdout, parse_constant=_reject_constant)
         except ValueError as err:
