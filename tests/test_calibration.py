@@ -294,3 +294,27 @@ def test_a_run_config_refuses_what_jobspec_refuses() -> None:
     assert RunConfig(model="llama-3.1-8b", method="lora", seq_len=2048, stack="torchtune").options() == (
         MemoryOptions.for_stack("torchtune")
     )
+
+
+def test_estimate_time_returns_the_measured_tokens_per_second_after_calibrating(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from ftsolve.cli import cli
+
+    monkeypatch.setenv("FTSOLVE_HOME", str(tmp_path))
+    args = [
+        "estimate", "time", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--method", "lora", "--seq-len", "2048",
+        "--micro-batch", "4", "--grad-accum", "4", "--json",
+    ]  # fmt: skip
+    before = json.loads(CliRunner().invoke(cli, args).output)["tokens_per_s"]
+    assert CliRunner().invoke(cli, ["calibrate", str(PROBE)]).exit_code == 0
+    after = json.loads(CliRunner().invoke(cli, args).output)["tokens_per_s"]
+    assert after == pytest.approx(8240.5, rel=1e-3) and before != pytest.approx(after, rel=1e-3)
+    other = [a if a != "h100-sxm" else "a100-sxm-80gb" for a in args]
+    monkeypatch.setenv("FTSOLVE_HOME", str(tmp_path / "none"))
+    a100_model = json.loads(CliRunner().invoke(cli, other).output)["tokens_per_s"]
+    monkeypatch.setenv("FTSOLVE_HOME", str(tmp_path))
+    a100_calibrated = json.loads(CliRunner().invoke(cli, other).output)["tokens_per_s"]
+    assert a100_calibrated / a100_model == pytest.approx(after / before, rel=1e-3)  # the same factor

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from ftsolve._calibration import correct_time_estimate
 from ftsolve._errors import InvalidJobSpec
 from ftsolve._units import parse_count
 from ftsolve.cli._common import console, errors, plain
@@ -195,6 +196,8 @@ def estimate_time_cmd(
         train_tokens=train_tokens,
         real_token_fraction=real_token_fraction,
     )
+    # A measurement of this GPU, stack and method (`ftsolve calibrate`) rules over the model.
+    est = correct_time_estimate(est, recipe_from_options(recipe).stack)
     if as_json:
         click.echo(est.model_dump_json(indent=2))
         return
