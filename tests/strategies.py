@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
 from hypothesis import strategies as st
+from numpy.typing import NDArray
 
 from ftsolve import Catalog, JobSpec, Offer, load_catalog
+from ftsolve.solver._cost import RunInputs
 
 _BASE = load_catalog()
 GPUS = ("rtx-4090", "a100-sxm-80gb", "h100-sxm", "l40s", "rtx-a6000", "v100-sxm2-16gb", "mi300x")
@@ -72,4 +75,41 @@ def jobs(draw: st.DrawFn) -> JobSpec:
         failure_probability=draw(st.sampled_from([0.0, 0.0, 0.2])),
         max_gpus=draw(st.sampled_from([1, 8, 16])),
         max_nodes=draw(st.sampled_from([1, 2])),
+    )
+
+
+def single_run(
+    market: int,
+    work: float,
+    lam: float,
+    delta: float,
+    restart: float,
+    *,
+    storage_usd_per_gb_month: float = 0.08,
+    volume_gb: float = 100.0,
+    egress_usd_per_gb: float = 0.09,
+    output_gb: float = 0.1,
+) -> RunInputs:
+    """Pricing inputs of one candidate: `work` hours at preemption rate `lam`, checkpoint writes of
+    `delta` hours and restarts of `restart` hours, on 8 USD/h on-demand or 3 USD/h interruptible."""
+
+    def one(x: float) -> NDArray[np.float64]:
+        return np.array([x], dtype=np.float64)
+
+    return RunInputs(
+        market=np.array([market]),
+        work_h=one(work),
+        startup_h=one(0.1),
+        restart_h=one(restart),
+        ckpt_write_h=one(delta),
+        final_save_h=one(0.01),
+        rate=one(lam),
+        od_usd_per_h=one(8.0),
+        spot_usd_per_h=one(3.0),
+        per_hour_billing=np.array([False]),
+        per_minute_billing=np.array([False]),
+        storage_usd_per_gb_month=one(storage_usd_per_gb_month),
+        volume_gb=one(volume_gb),
+        egress_usd_per_gb=one(egress_usd_per_gb),
+        output_gb=one(output_gb),
     )

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
+from strategies import single_run
 
 import ftsolve
 from ftsolve import JobSpec, Offer
@@ -17,26 +18,7 @@ from ftsolve.solver._risk import TAU_GRID_STEP, _mean_over_scale, best_interval,
 
 
 def _run(market: int, work: float, lam: float, delta: float, restart: float) -> RunInputs:
-    def one(x: float) -> np.ndarray:
-        return np.array([x], dtype=np.float64)
-
-    return RunInputs(
-        market=np.array([market]),
-        work_h=one(work),
-        startup_h=one(0.1),
-        restart_h=one(restart),
-        ckpt_write_h=one(delta),
-        final_save_h=one(0.01),
-        rate=one(lam),
-        od_usd_per_h=one(8.0),
-        spot_usd_per_h=one(3.0),
-        per_hour_billing=np.array([False]),
-        per_minute_billing=np.array([False]),
-        storage_usd_per_gb_month=one(0.08),
-        volume_gb=one(100.0),
-        egress_usd_per_gb=one(0.09),
-        output_gb=one(0.1),
-    )
+    return single_run(market, work, lam, delta, restart)
 
 
 works = st.floats(0.2, 200.0)

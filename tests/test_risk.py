@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
+from strategies import single_run
 
 import ftsolve
 from ftsolve import JobSpec, Offer
@@ -31,23 +32,11 @@ def a(x: float) -> F:
 
 
 def _run(market: int, work: float, lam: float, delta: float, restart: float) -> RunInputs:
-    return RunInputs(
-        market=np.array([market]),
-        work_h=a(work),
-        startup_h=a(0.1),
-        restart_h=a(restart),
-        ckpt_write_h=a(delta),
-        final_save_h=a(0.01),
-        rate=a(lam),
-        od_usd_per_h=a(8.0),
-        spot_usd_per_h=a(3.0),
-        per_hour_billing=np.array([False]),
-        per_minute_billing=np.array([False]),
-        storage_usd_per_gb_month=a(0.0),
-        volume_gb=a(0.0),
-        egress_usd_per_gb=a(0.0),
-        output_gb=a(0.0),
-    )
+    # No storage or egress: the markets compared differ only in what they run on.
+    return single_run(
+        market, work, lam, delta, restart, storage_usd_per_gb_month=0.0, volume_gb=0.0, egress_usd_per_gb=0.0,
+        output_gb=0.0,
+    )  # fmt: skip
 
 
 # (rate per hour, checkpoint write h, restart h, work h): a restart longer than a segment (the
