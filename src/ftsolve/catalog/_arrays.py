@@ -41,8 +41,6 @@ class OfferArrays:
     inter_node_gbit: F
     cluster_network: NDArray[np.bool_]  # sold as multi-node clusters with a stated network
     billing: I
-    profile: I  # same value = same cost-relevant provider facts (rate, provisioning, storage, ...)
-    timing: I  # same value = same provisioning time and interruption rate (what the time model reads)
 
     @classmethod
     def of(cls, offers: Sequence[Offer]) -> OfferArrays:
@@ -73,13 +71,6 @@ class OfferArrays:
             dtype=np.float64,
         )
         billing = np.array([BILLING_CODES[o.billing] for o in offers], dtype=np.int64)
-        facts = (
-            np.stack([rate, prov, storage, egress, net, billing.astype(np.float64)], axis=1)
-            if offers
-            else (np.zeros((0, 6)))
-        )
-        _, profile = np.unique(facts, axis=0, return_inverse=True)
-        _, timing = np.unique(np.nan_to_num(facts[:, :2], nan=-1.0), axis=0, return_inverse=True)
         return cls(
             provider=np.array([o.provider.lower() for o in offers], dtype=str),
             region=np.array([o.region.lower() for o in offers], dtype=str),
@@ -106,8 +97,6 @@ class OfferArrays:
                 dtype=np.bool_,
             ),
             billing=billing,
-            profile=profile.reshape(-1).astype(np.int64),
-            timing=timing.reshape(-1).astype(np.int64),
         )
 
 
