@@ -11,6 +11,7 @@ from ftsolve.catalog._providers import (
     FALLBACK_STORAGE_USD_PER_GB_MONTH,
     ProviderDefaults,
     provider_defaults,
+    storage_price,
 )
 
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "planning_prices",
     "provider_defaults",
     "resolve_gpu",
+    "storage_price",
 ]

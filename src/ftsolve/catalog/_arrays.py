@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ftsolve.catalog._models import PRICE_KINDS, Offer, PriceKind
-from ftsolve.catalog._providers import FALLBACK_STORAGE_USD_PER_GB_MONTH, provider_defaults
+from ftsolve.catalog._providers import provider_defaults, storage_price
 
 F = NDArray[np.float64]
 I = NDArray[np.int64]
@@ -55,13 +55,7 @@ class OfferArrays:
             dtype=np.float64,
         )
         prov = np.array([d.provisioning_minutes / 60.0 for d in defaults], dtype=np.float64)
-        storage = np.array(
-            [
-                o.storage_usd_per_gb_month or d.storage_usd_per_gb_month or FALLBACK_STORAGE_USD_PER_GB_MONTH
-                for o, d in zip(offers, defaults, strict=True)
-            ],
-            dtype=np.float64,
-        )
+        storage = np.array([storage_price(o)[0] for o in offers], dtype=np.float64)
         egress = np.array([d.egress_usd_per_gb for d in defaults], dtype=np.float64)
         net = np.array(
             [

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from ftsolve.catalog._models import Offer
+
 ProviderClass = Literal["hyperscaler", "gpu-cloud", "marketplace", "dedicated"]
 
 
@@ -194,3 +196,14 @@ def provider_defaults(provider: str) -> ProviderDefaults:
     if provider in PROVIDER_DEFAULTS:
         return PROVIDER_DEFAULTS[provider]
     return _GENERIC_MARKET if provider in _MARKETPLACES else _GENERIC
+
+
+def storage_price(offer: Offer) -> tuple[float, str | None]:
+    """(USD per GB-month, its source) of an offer's storage: the offer's own price (source None:
+    the offer's), else its provider's default, else the fallback. One order for prices and sources."""
+    if offer.storage_usd_per_gb_month:
+        return offer.storage_usd_per_gb_month, None
+    defaults = provider_defaults(offer.provider)
+    if defaults.storage_usd_per_gb_month is not None:
+        return defaults.storage_usd_per_gb_month, defaults.storage_source
+    return FALLBACK_STORAGE_USD_PER_GB_MONTH, FALLBACK_STORAGE_SOURCE

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from ftsolve.catalog import FALLBACK_STORAGE_SOURCE, FALLBACK_STORAGE_USD_PER_GB_MONTH, Offer, provider_defaults
+from ftsolve.catalog import Offer, provider_defaults, storage_price
 from ftsolve.solver import _coefficients as k
 
 if TYPE_CHECKING:
@@ -65,14 +65,8 @@ def price_source(offer: Offer) -> str:
 
 
 def storage_source(offer: Offer) -> str:
-    # The same order as the catalog's storage column (OfferArrays.of): the offer's own price, the
-    # provider's default, the fallback. Offer prices are positive, so `or` and `is None` agree.
-    defaults = provider_defaults(offer.provider)
-    if offer.storage_usd_per_gb_month:
-        return f"{offer.storage_usd_per_gb_month} USD/GB-month: {price_source(offer)}"
-    if defaults.storage_usd_per_gb_month is not None:
-        return f"{defaults.storage_usd_per_gb_month} USD/GB-month: {defaults.storage_source}"
-    return f"{FALLBACK_STORAGE_USD_PER_GB_MONTH} USD/GB-month: {FALLBACK_STORAGE_SOURCE}"
+    usd, source = storage_price(offer)
+    return f"{usd} USD/GB-month: {source or price_source(offer)}"
 
 
 def egress_source(offer: Offer) -> str:

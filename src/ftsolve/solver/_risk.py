@@ -309,13 +309,23 @@ class Segments:
         return int(self.n.shape[0])
 
 
-# Terms of the mixture: at least mean + 7 sd + 4 (the tail beyond holds under 1e-6 of the mass);
+# Terms of the mixture: at least count_support (the tail beyond holds under 1e-6 of the mass);
 # rows are padded to the next size (few sizes: each is a pass of its own); beyond the last, the
 # count is so large that its steps are smoothed and a normal approximation of the excess is used.
 _TERMS = (8, 32, 128, 512)
 # The mass a quantile may leave beyond the terms it sums (the quantile is then that much more
 # confident than asked, never less).
 _TAIL = 1e-6
+
+
+def count_support(seg: Segments) -> F:
+    """Failure counts to sum for the tail beyond to hold under _TAIL of the mass: mean + 7 sd + 4
+    where the count is near normal, and at least the geometric tail's length where a segment is
+    likely to fail again and again (P(G >= k) = q^k for the retries of one segment)."""
+    q = np.clip(np.maximum(seg.q1, seg.q2), 1e-300, 1.0 - 1e-12)
+    geometric = np.log(_TAIL / 10.0) / np.log(q)
+    out: F = np.ceil(seg.failures_mean + 7.0 * np.sqrt(seg.failures_var) + 4.0 + np.where(q > 0.01, geometric, 0.0))
+    return out
 
 
 def _failure_pmf(seg: Segments, terms: int) -> F:
@@ -411,8 +421,7 @@ def _single_loss_ppf(seg: Segments, u: F) -> F:
 def _mixture_rows(seg: Segments) -> list[tuple[I, int]]:
     """(rows, terms) groups for the mixture over the failure count; rows beyond the largest size are
     left out (the caller approximates them)."""
-    need = np.ceil(seg.failures_mean + 7.0 * np.sqrt(seg.failures_var) + 4.0)
-    size = np.searchsorted(np.array(_TERMS, dtype=np.float64), need)
+    size = np.searchsorted(np.array(_TERMS, dtype=np.float64), count_support(seg))
     return [(np.flatnonzero(size == b), terms) for b, terms in enumerate(_TERMS) if np.any(size == b)]
 
 
@@ -725,11 +734,8 @@ def adaptive_phase(work_h: F, lam: F, write_h: F, restart_h: F, slack_h: F, conf
 
 def _tolerated_terms(seg: Segments, theta: F) -> list[tuple[I, int]]:
     """(rows, terms) groups: failure counts up to the most the threshold tolerates (θ/R) and up to
-    what the count's distribution holds (mean + 7 sd + 4)."""
-    need = np.minimum(
-        np.floor(theta / np.maximum(seg.restart, 1e-12)) + 2.0,
-        seg.failures_mean + 7.0 * np.sqrt(seg.failures_var) + 4.0,
-    )
+    what the count's distribution holds (count_support)."""
+    need = np.minimum(np.floor(theta / np.maximum(seg.restart, 1e-12)) + 2.0, count_support(seg))
     size = np.minimum(np.searchsorted(np.array(_TERMS, dtype=np.float64), need), len(_TERMS) - 1)
     return [(np.flatnonzero(size == b), terms) for b, terms in enumerate(_TERMS) if np.any(size == b)]
 
