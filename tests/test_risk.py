@@ -236,3 +236,36 @@ def test_an_adaptive_plan_is_chosen_where_it_is_cheapest_and_stays_valid() -> No
     assert only.market == "adaptive" and only.time.interruptible_fraction == 1
     assert only.total_cost_usd == spot.total_cost_usd
     assert ftsolve.check_plan(alone, cat, only) == []
+
+
+@pytest.mark.parametrize("factor", [0.5, 2.0])
+def test_a_plan_at_another_rate_matches_a_replay(factor: float) -> None:
+    # The sensitivity line of `explain`: the plan as planned (interval, threshold) at another rate.
+    w, lam, d, r, slack = 20.0, 1.0, 0.01, 0.5, 8.0
+    ph = _risk.adaptive_phase(a(w), a(lam), a(d), a(r), a(slack), 0.9)
+    tau, target = float(ph.interval_h[0]), float(ph.switch_slack_h[0])
+    out = _risk.adaptive_at(a(w), a(lam * factor), a(d), a(r), a(slack), ph.interval_h, ph.threshold_h)
+    spot, od, switched = replay_adaptive(np.random.default_rng(1), RUNS, w, lam * factor, tau, d, r, target)
+    assert float(out.meets[0]) == pytest.approx(np.mean(spot + od <= slack + r + w + 1e-9), abs=0.015)
+    assert float(out.no_switch[0]) == pytest.approx(1.0 - switched.mean(), abs=0.015)
+    assert float(out.spot_h[0]) == pytest.approx(spot.mean(), rel=0.02)
+    mean, meets = _risk.phase_at(a(w), a(lam * factor), ph.interval_h, a(d), a(r), a(1.5 * w))
+    wall = replay_phase(np.random.default_rng(2), RUNS, w, lam * factor, tau, d, r)
+    assert float(mean[0]) == pytest.approx(wall.mean(), rel=0.01)
+    assert float(meets[0]) == pytest.approx(np.mean(wall <= 1.5 * w), abs=0.015)
+
+
+def test_plans_show_their_cost_and_deadline_at_half_and_double_the_rate() -> None:
+    job = JobSpec(model="llama-3.1-8b", train_tokens=300_000_000, seq_len=2048, deadline_hours=30)
+    for p in ftsolve.plan(job, top=5).plans:
+        if p.market == "on-demand":
+            assert p.rate_sensitivity == ()
+            continue
+        half, same, double = p.rate_sensitivity
+        assert (half.rate_factor, same.rate_factor, double.rate_factor) == (0.5, 1.0, 2.0)
+        assert same.cost_usd == pytest.approx(p.total_cost_usd, abs=0.011)
+        assert same.meets_deadline >= job.deadline_confidence - 0.01
+        assert half.interruption_rate_per_hour * 4 == pytest.approx(double.interruption_rate_per_hour, rel=1e-3)
+        if p.market == "interruptible":  # more preemptions: more rework, a later finish
+            assert half.cost_usd <= same.cost_usd <= double.cost_usd
+            assert half.meets_deadline >= same.meets_deadline >= double.meets_deadline

@@ -267,7 +267,8 @@ def render_plans(ps: PlanSet, wide: bool = False) -> None:
     if job.deadline_hours is not None:
         limits.append(f"deadline {job.deadline_hours:g} h at {job.deadline_confidence:.0%}")
     if job.budget_usd is not None:
-        limits.append(f"budget {job.budget_usd:g} USD")
+        at = f" at {job.budget_confidence:.0%}" if job.budget_confidence is not None else ""
+        limits.append(f"budget {job.budget_usd:g} USD{at}")
 
     def say(line: str | Text) -> None:
         con.print(line, width=text_width)
@@ -302,6 +303,11 @@ def render_plans(ps: PlanSet, wide: bool = False) -> None:
     best = ps.plans[0]
     items = ", ".join(f"{plain(c.name)} {c.usd:.2f}" for c in best.cost_items)
     say(f"Plan 1 cost breakdown (USD): {items} = {best.total_cost_usd:.2f}")
+    if best.cost_at_confidence_usd is not None and job.budget_confidence is not None:
+        say(
+            f"Plan 1 cost at {job.budget_confidence:.0%}: {best.cost_at_confidence_usd:.2f} USD "
+            "(the budget is judged on it; trials and failed attempts at their expected cost)"
+        )
     tb = best.time
     phases = (
         f"training {tb.training_hours:.2f} h, start-up {tb.startup_hours:.2f} h, "
@@ -375,6 +381,19 @@ def render_explain(ps: PlanSet, p: Plan) -> None:
             f"  interruptible share {t.interruptible_fraction:.0%}, checkpoint every "
             f"{t.checkpoint_interval_hours:.2f} h at {t.interruption_rate_per_hour or 0:.3g} preemptions/h"
         )
+    if t.switch_after_lost_hours is not None:
+        con.print(
+            f"  adaptive: resume on on-demand once {t.switch_after_lost_hours:.2f} h are lost to preemptions "
+            f"({t.switch_probability or 0:.0%} of runs)"
+        )
+    target = "deadline" if ps.job.deadline_hours is not None else f"p{t.confidence * 100:.0f}"
+    for case in p.rate_sensitivity:
+        if case.rate_factor != 1.0:
+            word = "half" if case.rate_factor < 1 else "double"
+            con.print(
+                f"  at {word} the rate ({case.interruption_rate_per_hour:.3g}/h): cost {case.cost_usd:.2f} USD, "
+                f"P(meet {target}) {case.meets_deadline:.1%}"
+            )
     con.print(_heading("Cost", " (USD)"))
     for c in p.cost_items:
         con.print(f"  {plain(c.name):20s} {c.usd:9.2f}  {plain(c.detail)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 import numpy as np
 from numpy.typing import NDArray
@@ -11,6 +12,7 @@ from ftsolve._calibration import calibration_assumptions
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
 from ftsolve.catalog import Catalog, Offer, load_catalog, provider_defaults
 from ftsolve.solver import _coefficients as k
+from ftsolve.solver._cost import RunCosts, rate_sensitivity
 from ftsolve.solver._engines import ENGINES
 from ftsolve.solver._explain import diagnose
 from ftsolve.solver._grid import CandidateTable, build_candidates
@@ -18,7 +20,7 @@ from ftsolve.solver._items import item_specs, storage_source
 from ftsolve.solver._job import MARKETS, JobSpec
 from ftsolve.solver._memory import METHOD_NAMES, QUANT_NAMES, SHARD_NAMES
 from ftsolve.solver._objectives import OBJECTIVES, objective_key, preference_terms
-from ftsolve.solver._plans import CostItem, MemoryBreakdown, Plan, PlanSet, TimeBreakdown
+from ftsolve.solver._plans import CostItem, MemoryBreakdown, Plan, PlanSet, RateCase, TimeBreakdown
 
 
 def plan(
@@ -100,6 +102,8 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int,
         time=_time_breakdown(job, t, i),
         cost_items=_cost_items(t, i, offer),
         total_cost_usd=int(t.total_cents[i]) / 100,
+        cost_at_confidence_usd=None if job.budget_confidence is None else int(t.budget_cents[i]) / 100,
+        rate_sensitivity=_rate_sensitivity(job, t, i),
         binding_constraints=binding,
         slack=_slack(job, t, i),
         why=_why(job, t, i, rank, best, nxt, binding),
@@ -134,6 +138,39 @@ def _time_breakdown(job: JobSpec, t: CandidateTable, i: int) -> TimeBreakdown:
         checkpoint_interval_hours=round(float(t.tau_hours[i]), 4) if spot and t.spot_fraction[i] > 0 else None,
         interruptible_fraction=round(float(t.spot_fraction[i]), 4),
         interruption_rate_per_hour=round(float(t.interruption_rate_per_hour[i]), 4) if spot else None,
+        switch_probability=round(float(t.run_costs.switch_probability[i]), 4) if spot else None,
+        switch_after_lost_hours=_switch_threshold(t, i),
+    )
+
+
+def _switch_threshold(t: CandidateTable, i: int) -> float | None:
+    """The adaptive rule's threshold; None elsewhere, and where it never switches (no deadline)."""
+    theta = float(t.run_costs.switch_threshold_h[i])
+    return round(theta, 4) if MARKETS[int(t.market[i])] == "adaptive" and math.isfinite(theta) else None
+
+
+def _rate_sensitivity(job: JobSpec, t: CandidateTable, i: int) -> tuple[RateCase, ...]:
+    """The plan at half and double its preemption rate (interruptible plans only)."""
+    row = int(t.input_row[i])
+    if MARKETS[int(t.market[i])] == "on-demand" or row < 0 or t.spot_fraction[i] <= 0:
+        return ()
+    one = np.array([i])
+    costs = RunCosts(
+        items_cents={},
+        **{f.name: getattr(t.run_costs, f.name)[one] for f in fields(RunCosts) if f.name != "items_cents"},
+    )
+    end_h = job.deadline_hours if job.deadline_hours is not None else float(t.quantile_hours[i])
+    cases = rate_sensitivity(
+        t.run_inputs.take(np.array([row])), costs, end_h, job.trial_runs, job.trial_fraction, job.failure_probability
+    )
+    return tuple(
+        RateCase(
+            rate_factor=c.rate_factor,
+            interruption_rate_per_hour=round(c.rate_per_hour, 4),
+            cost_usd=c.cost_usd,
+            meets_deadline=round(c.meets, 4),
+        )
+        for c in cases
     )
 
 
@@ -165,6 +202,13 @@ def _assumptions(job: JobSpec, t: CandidateTable, i: int, offer: Offer, memory: 
             f"fallback: the first {t.spot_fraction[i]:.0%} of the work on interruptible capacity, then the "
             "last checkpoint resumed on on-demand (static split; on-demand capacity keeps the deadline)"
         )
+    theta = _switch_threshold(t, i)
+    if theta is not None:
+        out.append(
+            "adaptive: on interruptible capacity; at a preemption it resumes on on-demand capacity once the hours "
+            f"lost to preemptions (restarts and work redone) exceed {theta:.2f} h, which "
+            f"{float(t.run_costs.switch_probability[i]):.0%} of runs reach"
+        )
     if job.offload_optimizer or job.offload_params:
         out.append(
             "CPU offload: the memory counts offloaded state as off the GPU; the time does not include "
@@ -188,7 +232,7 @@ def _slack(job: JobSpec, t: CandidateTable, i: int) -> dict[str, float]:
     if job.deadline_hours is not None:
         slack["deadline_hours"] = round(job.deadline_hours - float(t.quantile_hours[i]), 4)
     if job.budget_usd is not None:
-        slack["budget_usd"] = round(job.budget_usd - int(t.total_cents[i]) / 100, 2)
+        slack["budget_usd"] = round(job.budget_usd - int(t.budget_cents[i]) / 100, 2)
     return slack
 
 
@@ -199,7 +243,7 @@ def _binding(job: JobSpec, t: CandidateTable, i: int) -> tuple[str, ...]:
         out.append("memory")
     if job.deadline_hours is not None and t.quantile_hours[i] > 0.9 * job.deadline_hours:
         out.append("deadline")
-    if job.budget_usd is not None and t.total_cents[i] > 90 * job.budget_usd:
+    if job.budget_usd is not None and t.budget_cents[i] > 90 * job.budget_usd:
         out.append("budget")
     return tuple(out)
 
@@ -262,9 +306,7 @@ def _failure(job: JobSpec, t: CandidateTable, rows: NDArray[np.int64]) -> str:
         if fit.size == 0:
             need = t.peak_gib[compat] * (1.0 + t.memory_band[compat])
             j = int(np.argmin(need))
-            parts.append(
-                f"needs {need[j]:.1f} GiB of {t.usable_gib[compat[j]]:.1f} GiB with {name} (peak + headroom)"
-            )
+            parts.append(f"needs {need[j]:.1f} GiB of {t.usable_gib[compat[j]]:.1f} GiB with {name} (peak + headroom)")
             continue
         on_time = fit[t.masks["deadline"][fit]]
         if on_time.size == 0 and job.deadline_hours is not None:
@@ -357,8 +399,11 @@ def check_plan(job: JobSpec, catalog: Catalog, p: Plan) -> list[str]:
         problems.append("memory constraint fails")
     if job.deadline_hours is not None and t.quantile_hours[i] > job.deadline_hours:
         problems.append(f"finish {t.quantile_hours[i]:.2f} h exceeds deadline {job.deadline_hours} h")
-    if job.budget_usd is not None and int(t.total_cents[i]) > math.floor(job.budget_usd * 100 + 1e-6):
-        problems.append(f"cost {int(t.total_cents[i]) / 100:.2f} exceeds budget {job.budget_usd}")
+    if job.budget_usd is not None and int(t.budget_cents[i]) > math.floor(job.budget_usd * 100 + 1e-6):
+        problems.append(f"cost {int(t.budget_cents[i]) / 100:.2f} exceeds budget {job.budget_usd}")
+    quoted = p.cost_at_confidence_usd
+    if job.budget_confidence is not None and (quoted is None or round(quoted * 100) != int(t.budget_cents[i])):
+        problems.append(f"recomputed cost at {job.budget_confidence:.0%} {int(t.budget_cents[i]) / 100:.2f} differs")
     if int(t.total_cents[i]) != round(p.total_cost_usd * 100):
         problems.append(f"recomputed cost {int(t.total_cents[i]) / 100:.2f} differs from plan {p.total_cost_usd:.2f}")
     if round(sum(c.usd for c in p.cost_items) * 100) != round(p.total_cost_usd * 100):
@@ -381,6 +426,8 @@ def _figure_problems(p: Plan) -> list[str]:
         **{f"memory {name}": v for name, v in p.memory.components_gib.items()},
         "memory peak_gib": p.memory.peak_gib,
         **{f"slack {name}": v for name, v in p.slack.items()},
+        "cost_at_confidence_usd": p.cost_at_confidence_usd,
+        **{f"rate x{c.rate_factor:g} {name}": v for c in p.rate_sensitivity for name, v in c.model_dump().items()},
     }
     return [
         f"{name} is {value!r}"

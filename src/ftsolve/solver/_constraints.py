@@ -68,7 +68,7 @@ def _deadline(job: JobSpec, t: CandidateTable) -> B:
 def _budget(job: JobSpec, t: CandidateTable) -> B:
     if job.budget_usd is None:
         return np.ones(len(t), dtype=bool)
-    out: B = ~t.runnable | (t.total_cents <= math.floor(job.budget_usd * 100 + 1e-6))
+    out: B = ~t.runnable | (t.budget_cents <= math.floor(job.budget_usd * 100 + 1e-6))
     return out
 
 
@@ -98,7 +98,7 @@ def _relax_budget(job: JobSpec, t: CandidateTable) -> Proposal | None:
     others = t.feasible(ignore=("budget",))
     if job.budget_usd is None or not others.any():
         return None
-    need = int(np.min(t.total_cents[others])) / 100
+    need = int(np.min(t.budget_cents[others])) / 100
     return f"budget >= {need:.2f} USD", {"budget_usd": need}, need
 
 

@@ -24,15 +24,17 @@ a run on average (failures are assumed uniform over the run).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ftsolve.solver import _coefficients as k
 from ftsolve.solver import _items
 from ftsolve.solver._items import Spend
-from ftsolve.solver._risk import adaptive_phase, checkpoint_count, phase_quantiles
+from ftsolve.solver._risk import Segments, adaptive_at, adaptive_phase, checkpoint_count, phase_at, phase_quantiles
 from ftsolve.solver._rows import unique_rows
 
 F = NDArray[np.float64]
@@ -65,6 +67,10 @@ class RunInputs:
     # Per-offer facts the cost items declare (_items.CostItemSpec.offer_facts), by OfferArrays column.
     offer_facts: Mapping[str, F] = field(default_factory=dict)
 
+    def take(self, idx: I) -> RunInputs:
+        cols = {f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "offer_facts"}
+        return RunInputs(**cols, offer_facts={k: v[idx] for k, v in self.offer_facts.items()})
+
 
 @dataclass(frozen=True)
 class RunCosts:
@@ -76,6 +82,9 @@ class RunCosts:
     checkpoint_hours: F
     rework_hours: F
     spot_fraction: F
+    budget_cents: I  # the cost at the budget's confidence; the expected cost where none is asked
+    switch_threshold_h: F  # adaptive: θ, the hours lost to preemptions after which it switches; nan elsewhere
+    switch_probability: F  # P(the run resumes on on-demand capacity)
 
 
 # Beyond these a figure means no real plan (a 405B model on one small card for a century): such
@@ -142,6 +151,10 @@ class SpotPhase:
     quantile_h: F  # confidence-quantile of the hours after start-up to the end of training
     writes_h: F  # expected checkpoint writes on interruptible capacity
     switch: F  # P(the run resumes on on-demand capacity)
+    threshold_h: F  # adaptive: the failure excess θ beyond which the rule switches; nan otherwise
+    # At the budget's confidence (see _budget_phase); the mean and no switch where none is asked.
+    budget_h: F  # wall hours on interruptible capacity after start-up, final save aside
+    budget_switched: B  # the adaptive run may have switched: its cost is bounded instead
 
     def take(self, idx: I) -> SpotPhase:
         return SpotPhase(*(getattr(self, f.name)[idx] for f in fields(self)))
@@ -157,6 +170,7 @@ def price_runs(
     retention_days: float,
     standalone_fallback: bool = False,
     same_time_as: I | None = None,
+    budget_confidence: float | None = None,
 ) -> RunCosts:
     """Cost items (integer cents, one per _items.COST_ITEMS entry), expected and quantile finish
     hours for each candidate.
@@ -166,14 +180,16 @@ def price_runs(
     same_time_as: for each candidate, the index of one with the same market and time inputs
     (work, start-up, restart, writes, final save, rate), pointing to itself where it is the one;
     a caller that knows this from how it built the candidates saves sorting them here.
+    budget_confidence: the cost is also quoted at this confidence (`budget_cents`; see
+    _budget_phase); without it, `budget_cents` is the expected cost.
     """
-    phase = _spot_phases(r, confidence, deadline_hours, trials, trial_fraction, standalone_fallback, same_time_as)
+    phase = _spot_phases(
+        r, confidence, deadline_hours, trials, trial_fraction, standalone_fallback, same_time_as, budget_confidence
+    )
     s, expected_run, quantile_run = _spend(r, phase, trials, trial_fraction, failure_probability, retention_days)
     items = {item.name: _cents(item.usd(s)) for item in _items.COST_ITEMS}
-    total = np.zeros(r.work_h.shape[0], dtype=np.int64)
-    for cents in items.values():  # a running sum: stacking the items first costs a copy of them all
-        total += cents
-    total = np.minimum(total, MAX_CENTS)
+    total = _sum_items(items)
+    budget = total if budget_confidence is None else _sum_items(_item_cents(_budget_spend(s, phase, expected_run)))
     fraction = np.where(_dearer(r, total, s, phase.fraction > 0), NOT_OFFERED, phase.fraction)
     return RunCosts(
         items_cents=items,
@@ -184,6 +200,49 @@ def price_runs(
         checkpoint_hours=phase.writes_h + r.final_save_h,
         rework_hours=s.rework_h,
         spot_fraction=fraction,
+        budget_cents=budget,
+        switch_threshold_h=np.where(r.market == ADAPTIVE, phase.threshold_h, np.nan),
+        switch_probability=np.where(phase.fraction > 0, phase.switch, 0.0),
+    )
+
+
+def _item_cents(s: Spend) -> dict[str, I]:
+    return {item.name: _cents(item.usd(s)) for item in _items.COST_ITEMS}
+
+
+def _sum_items(items: Mapping[str, I]) -> I:
+    total = np.zeros(next(iter(items.values())).shape[0], dtype=np.int64)
+    for cents in items.values():  # a running sum: stacking the items first costs a copy of them all
+        total += cents
+    out: I = np.minimum(total, MAX_CENTS)
+    return out
+
+
+def _budget_spend(s: Spend, phase: SpotPhase, expected_run: F) -> Spend:
+    """What a run spends at the budget's confidence (_budget_phase): the interruptible phase at its
+    quantile instead of its mean; where the adaptive rule may have switched, its dearest run (the
+    phase until the latest switch on interruptible capacity, a restart and all the work on
+    on-demand, a whole billing step rounded). Trials and failed attempts stay at their expected
+    cost."""
+    r = s.runs
+    extra = np.where(s.on_spot, phase.budget_h - phase.mean_h, 0.0)
+    adaptive = s.on_spot & (r.market == ADAPTIVE)
+    worst = phase.budget_switched
+    writes = np.where(adaptive, checkpoint_count(r.work_h, phase.interval_h) * r.ckpt_write_h, s.checkpoint_writes_h)
+    step = np.where(r.per_hour_billing, 1.0, np.where(r.per_minute_billing, 1.0 / 60.0, 0.0))
+    stays_spot = adaptive & ~worst  # an adaptive run that does not switch: interruptible only
+    spot_work = np.where(adaptive, r.work_h, s.spot_work_h)
+    run_h = r.startup_h + phase.budget_h + np.where(worst, r.restart_h + r.work_h, 0.0) + r.final_save_h
+    return dataclasses.replace(
+        s,
+        spot_work_h=spot_work,
+        od_work_h=np.where(stays_spot, 0.0, np.where(worst, r.work_h, s.od_work_h)),
+        checkpoint_writes_h=writes,
+        rework_h=np.where(adaptive, phase.budget_h - spot_work - writes, s.rework_h + extra),
+        switch_h=np.where(adaptive, np.where(worst, r.restart_h, 0.0), s.switch_h),
+        ends_on_od=np.where(adaptive, worst.astype(np.float64), s.ends_on_od),
+        rounding_h=np.where(adaptive, np.where(worst, step, 0.0), s.rounding_h),
+        total_h=s.total_h + np.where(adaptive, run_h - expected_run, extra),
     )
 
 
@@ -222,6 +281,7 @@ def _spot_phases(
     trial_fraction: float,
     standalone_fallback: bool,
     same_time_as: I | None,
+    budget_confidence: float | None,
 ) -> SpotPhase:
     """The interruptible phase of every candidate, computed once per distinct time inputs (many
     candidates share them: the same hardware and configuration at many prices)."""
@@ -231,7 +291,11 @@ def _spot_phases(
     else:
         first, inverse = _representatives(same_time_as)
     reps = Timing.of(r).take(first)
-    return _time_part(reps, confidence, deadline_hours, trials, trial_fraction, standalone_fallback).take(inverse)
+    part = _time_part(reps, confidence, deadline_hours, trials, trial_fraction, standalone_fallback)
+    part.budget_h[:] = part.mean_h
+    if budget_confidence is not None:
+        _budget_phase(reps, part, budget_confidence)
+    return part.take(inverse)
 
 
 def _rounding(r: RunInputs, od_h: F) -> F:
@@ -322,6 +386,9 @@ def _time_part(
         quantile_h=r.work_h.copy(),
         writes_h=np.zeros(n),
         switch=np.zeros(n),
+        threshold_h=np.full(n, np.nan),
+        budget_h=np.zeros(n),
+        budget_switched=np.zeros(n, dtype=bool),
     )
     # Everything but on-demand first as if all work ran on interruptible capacity (f = 1).
     whole = np.flatnonzero(~od)
@@ -353,6 +420,35 @@ def _time_part(
     phase.interval_h[off], phase.mean_h[off], phase.writes_h[off], phase.switch[off] = np.nan, 0.0, 0.0, 0.0
     phase.quantile_h[off] = r.work_h[off]
     return phase
+
+
+def _budget_phase(r: Timing, phase: SpotPhase, q: float) -> None:
+    """The interruptible phase at the budget's confidence q (written into `phase`).
+
+    Interruptible and static fallback runs cost more the longer their interruptible phase lasts
+    (its hours are billed at one price, the on-demand part is fixed), so their cost quantile is
+    their cost with the phase at its q-quantile: exact for the model. An adaptive run that does
+    not switch is such a run too: where the q-quantile of the phase without switching stays within
+    the rule's threshold (W + nδ + θ), the runs below it never switch and the cost there is exact
+    again. Beyond, more than 1 - q of the runs switch, and the cost is bounded by the dearest a run
+    can be: on interruptible capacity until the latest switch (W + nδ + θ + R + top) and then all
+    the work again on on-demand capacity (flagged in `budget_switched`; see _budget_spend).
+    """
+    on = phase.fraction > 0
+    static = np.flatnonzero(on & (r.market != ADAPTIVE))
+    if static.size:
+        sub = r.take(static)
+        phase.budget_h[static] = spot_phase(phase.fraction[static] * sub.work_h, sub, q)[2]
+    ad = np.flatnonzero(on & (r.market == ADAPTIVE))
+    if ad.size:
+        sub = r.take(ad)
+        _, _, whole = phase_quantiles(sub.work_h, sub.rate, sub.ckpt_write_h, sub.restart_h, q)
+        tau = phase.interval_h[ad]
+        seg = Segments.of(sub.work_h, sub.rate, tau, sub.ckpt_write_h, sub.restart_h)
+        limit = sub.work_h + seg.n * sub.ckpt_write_h + phase.threshold_h[ad]
+        switched = whole > limit + 1e-12
+        phase.budget_h[ad] = np.where(switched, limit + sub.restart_h + seg.top, whole)
+        phase.budget_switched[ad] = switched
 
 
 def _static_split(r: Timing, rows: I, phase: SpotPhase, confidence: float, deadline: float | None, reserve: F) -> None:
@@ -388,6 +484,7 @@ def _adaptive(r: Timing, rows: I, phase: SpotPhase, confidence: float, deadline:
     phase.fraction[rows] = np.where(ok, a.spot_work_h / np.maximum(sub.work_h, 1e-12), NOT_OFFERED)
     phase.interval_h[rows], phase.mean_h[rows], phase.writes_h[rows] = a.interval_h, a.spot_h, a.writes_h
     phase.quantile_h[rows], phase.switch[rows] = a.quantile_h, 1.0 - a.no_switch
+    phase.threshold_h[rows] = a.threshold_h
 
 
 def _fallback_fraction(r: Timing, confidence: float, deadline_hours: float | None, reserve_h: F) -> F:
@@ -423,3 +520,55 @@ def _representatives(same_as: I) -> tuple[I, I]:
     first: I = np.nonzero(is_first)[0]
     inverse: I = (np.cumsum(is_first) - 1)[same_as]
     return first, inverse
+
+
+@dataclass(frozen=True)
+class RateCase:
+    """A plan as planned (interval, share, switch rule) if preemptions come at another rate."""
+
+    rate_factor: float
+    rate_per_hour: float
+    cost_usd: float  # expected total
+    meets: float  # P(the run ends by the deadline; without one, by the finish quoted at the confidence)
+
+
+def rate_sensitivity(
+    r: RunInputs, planned: RunCosts, deadline_h: float, trials: int, trial_fraction: float, failure_p: float
+) -> list[RateCase]:
+    """One candidate (`r` and `planned`, one row each) at half, the same and double its rate.
+
+    The run's spend is recomputed with the rate changed (exact for the model: phase_at,
+    adaptive_at); trials, failed attempts and storage follow the run's cost and hours as they do
+    in pricing. `deadline_h`: the job's deadline, or the quoted finish where there is none.
+    """
+    reserve = trials * (r.startup_h + trial_fraction * (r.work_h + r.final_save_h))
+    scale = 1.0 + trials * trial_fraction + 0.5 * failure_p / (1.0 - failure_p)
+    storage_per_h = r.volume_gb * r.storage_usd_per_gb_month / k.HOURS_PER_MONTH
+    spends = {f: _spend_at(r, planned, f, deadline_h - float(reserve[0])) for f in (0.5, 1.0, 2.0)}
+    base_usd, base_h, _ = spends[1.0]
+    out = []
+    for factor, (usd, hours, meets) in spends.items():
+        extra = (usd - base_usd + float(storage_per_h[0]) * (hours - base_h)) * scale
+        cost = int(planned.total_cents[0]) / 100 + extra
+        out.append(RateCase(factor, float(r.rate[0]) * factor, round(max(cost, 0.0), 2), meets))
+    return out
+
+
+def _spend_at(r: RunInputs, planned: RunCosts, factor: float, end_h: float) -> tuple[float, float, float]:
+    """(run USD, run hours, P(the run ends within end_h)) of the candidate at `factor` times its rate."""
+    lam, f = r.rate * factor, np.maximum(planned.spot_fraction, 0.0)
+    tau, ps, po = planned.checkpoint_interval_h, np.nan_to_num(r.spot_usd_per_h), np.nan_to_num(r.od_usd_per_h)
+    if r.market[0] == ADAPTIVE and np.isfinite(planned.switch_threshold_h[0]):  # without a deadline it never switches
+        slack = end_h - r.startup_h - r.restart_h - r.work_h - r.final_save_h
+        out = adaptive_at(r.work_h, lam, r.ckpt_write_h, r.restart_h, slack, tau, planned.switch_threshold_h)
+        spot_h = r.startup_h + out.spot_h + out.no_switch * r.final_save_h
+        od_h = (1.0 - out.no_switch) * (r.restart_h + r.final_save_h) + r.work_h - out.spot_work_h
+        meets = out.meets
+    else:
+        work = f * r.work_h
+        tail = np.where(f < 1.0, r.restart_h + r.work_h - work, 0.0)  # the planned on-demand rest
+        mean, meets = phase_at(work, lam, tau, r.ckpt_write_h, r.restart_h, end_h - r.startup_h - r.final_save_h - tail)
+        spot_h = r.startup_h + mean + np.where(f < 1.0, 0.0, r.final_save_h)
+        od_h = np.where(f < 1.0, tail + r.final_save_h, 0.0)
+    usd = spot_h * ps + od_h * po
+    return float(usd[0]), float((spot_h + od_h)[0]), float(np.clip(meets, 0.0, 1.0)[0])

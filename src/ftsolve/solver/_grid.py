@@ -21,7 +21,7 @@ from ftsolve.catalog import Catalog, GpuSpec, ModelArch, Offer, OfferArrays
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver import _constraints
 from ftsolve.solver._compat import CONFIGS
-from ftsolve.solver._cost import ADAPTIVE, FALLBACK, OD, SPOT, RunCosts, price_runs
+from ftsolve.solver._cost import ADAPTIVE, FALLBACK, OD, SPOT, RunCosts, RunInputs, price_runs
 from ftsolve.solver._estimate import resolve_arch
 from ftsolve.solver._job import MARKETS, JobSpec
 from ftsolve.solver._memory import ModelSizes
@@ -96,6 +96,10 @@ class CandidateTable:
     interruption_rate_per_hour: F
     cost_items_cents: dict[str, I]
     total_cents: I
+    run_costs: RunCosts  # every pricing figure per candidate (the arrays above are its columns)
+    run_inputs: RunInputs  # the pricing inputs of the priced candidates
+    input_row: I  # each candidate's row in run_inputs, -1 where it is not priced
+    budget_cents: I  # the cost the budget is judged on: at its confidence, else the expected one
     tie_rank: I
     group: I
     assumptions: list[str] = field(default_factory=list)
@@ -246,6 +250,10 @@ def build_candidates(job: JobSpec, catalog: Catalog, *, prune: bool = True) -> C
         interruption_rate_per_hour=np.where(c.market != OD, rate, 0.0),
         cost_items_cents=costs.items_cents,
         total_cents=costs.total_cents.astype(np.int64),
+        budget_cents=costs.budget_cents.astype(np.int64),
+        run_costs=costs,
+        run_inputs=priced.inputs,
+        input_row=priced.input_row,
         tie_rank=tie_rank,
         group=group,
     )
@@ -271,6 +279,8 @@ class _Priced:
     startup_h: F
     rate: F
     costs: RunCosts
+    inputs: RunInputs  # of the runnable candidates, whether they stay or not
+    input_row: I  # each candidate's row there, -1 where it is not priced
 
 
 def _price(job: JobSpec, c: Candidates, runs: Runs, same_time_as: I | None) -> _Priced:
@@ -290,6 +300,7 @@ def _price(job: JobSpec, c: Candidates, runs: Runs, same_time_as: I | None) -> _
         job.retention_days,
         standalone_fallback="interruptible" not in job.markets,
         same_time_as=sub_same,
+        budget_confidence=job.budget_confidence,
     )
     startup_h, rate = runs.startup_h, runs.rate
     # The spot-then-on-demand fallback is offered only where interruptible capacity alone misses
@@ -302,7 +313,9 @@ def _price(job: JobSpec, c: Candidates, runs: Runs, same_time_as: I | None) -> _
         c, startup_h, rate = c.take(keep), startup_h[keep], rate[keep]
         sub = _take_costs(sub, np.flatnonzero(~useless))
         idx = (np.cumsum(stays) - 1)[idx[~useless]]
-    return _Priced(c, startup_h, rate, _spread(sub, idx, len(c)))
+    input_row = np.full(len(c), -1, dtype=np.int64)
+    input_row[idx] = np.flatnonzero(~useless) if useless.any() else np.arange(idx.shape[0])
+    return _Priced(c, startup_h, rate, _spread(sub, idx, len(c)), runs.inputs, input_row)
 
 
 def _take_costs(costs: RunCosts, idx: I) -> RunCosts:
@@ -330,6 +343,9 @@ def _spread(sub: RunCosts, idx: I, n: int) -> RunCosts:
         checkpoint_hours=spread(sub.checkpoint_hours, 0.0),
         rework_hours=spread(sub.rework_hours, 0.0),
         spot_fraction=spread(sub.spot_fraction, 0.0),
+        budget_cents=spread(sub.budget_cents, 0),
+        switch_threshold_h=spread(sub.switch_threshold_h, np.nan),
+        switch_probability=spread(sub.switch_probability, 0.0),
     )
 
 

@@ -303,6 +303,14 @@ class JobSpec(BaseModel):
         description="probability with which the deadline must hold",
         json_schema_extra=_cli("constraints", "--confidence"),
     )
+    budget_confidence: float | None = Field(
+        default=None,
+        ge=0.5,
+        lt=1.0,
+        title="Chance the budget holds",
+        description="judge the budget at this quantile of the cost instead of its expected value",
+        json_schema_extra=_cli("policy"),
+    )
     objective: Literal["cost", "time", "weighted"] = Field(
         default="cost",
         title="What to minimise: cost, time, weighted",

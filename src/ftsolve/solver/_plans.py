@@ -49,6 +49,25 @@ class TimeBreakdown(_Frozen):
     checkpoint_interval_hours: float | None
     interruptible_fraction: float = Field(description="share of the training work run on interruptible capacity")
     interruption_rate_per_hour: float | None
+    switch_probability: float | None = Field(
+        default=None, description="interruptible plans: the share of runs that resume on on-demand capacity"
+    )
+    switch_after_lost_hours: float | None = Field(
+        default=None,
+        description="adaptive plans: at a preemption, resume on on-demand capacity once the hours lost to "
+        "preemptions (restarts and work redone since launch) exceed this",
+    )
+
+
+class RateCase(_Frozen):
+    """The plan as planned if preemptions came at another rate than assumed."""
+
+    rate_factor: float
+    interruption_rate_per_hour: float
+    cost_usd: float = Field(description="expected total cost")
+    meets_deadline: float = Field(
+        description="probability of finishing by the deadline (without one, by the finish quoted at the confidence)"
+    )
 
 
 class CostItem(_Frozen):
@@ -83,6 +102,12 @@ class Plan(_Frozen):
     time: TimeBreakdown
     cost_items: tuple[CostItem, ...]
     total_cost_usd: float
+    cost_at_confidence_usd: float | None = Field(
+        default=None, description="with a budget confidence: the cost at that quantile, which the budget is judged on"
+    )
+    rate_sensitivity: tuple[RateCase, ...] = Field(
+        default=(), description="interruptible plans: cost and chance of the deadline at half and double the rate"
+    )
     binding_constraints: tuple[str, ...]
     slack: dict[str, float] = Field(description="memory GiB, deadline hours, budget USD left before each limit")
     why: str

@@ -713,6 +713,7 @@ class AdaptivePhase:
         F  # confidence-quantile of the run's end after start-up (on-demand rest and switch incl.), final save aside
     )
     offered: NDArray[np.bool_]  # the slack covers one segment: otherwise the policy is plain on-demand
+    threshold_h: F  # θ: the failure excess beyond which the rule switches to on-demand capacity
 
 
 _SLACK_STEPS = 6
@@ -739,30 +740,68 @@ def adaptive_phase(work_h: F, lam: F, write_h: F, restart_h: F, slack_h: F, conf
         ok = model.finish(mid, at=s0 - mid + r + seg.top).value >= target
         lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
     finish = model.finish(lo)
-    done = _full_segments_done(seg, finish.theta)
-    scale = 1.0 / seg.lam + r
-    m1, m2 = (
-        np.expm1(np.minimum(seg.lam * seg.w1, 300.0)) * scale,
-        np.expm1(np.minimum(seg.lam * seg.w2, 300.0)) * scale,
-    )
-    stays = finish.no_switch
-    spot_h = done * m1 + stays * m2 - r * (1.0 - stays)  # Wald; the switch's restart is on-demand
-    spot_work = tau * (done - seg.n * stays) + w * stays
+    spot_h, spot_work, writes = _adaptive_spend(seg, w, tau, finish)
     o = first_reaching(finish.cdf, -seg.n * d - finish.theta, r + seg.top, np.full(len(seg), target))
     # At most the real deadline: met at the confidence where the bisection moved the target, by
     # every run where it did not.
     quantile = np.minimum(lo + w + np.minimum(o - seg.top, r), s0 + w + r)
-    spot_h = np.maximum(spot_h, spot_work + d * done)
     return AdaptivePhase(
         interval_h=tau[rows],
         switch_slack_h=lo[rows],
-        no_switch=stays[rows],
+        no_switch=finish.no_switch[rows],
         spot_h=spot_h[rows],
         spot_work_h=spot_work[rows],
-        writes_h=(d * done)[rows],
+        writes_h=writes[rows],
         quantile_h=quantile[rows],
         offered=finish.offered[rows],
+        threshold_h=finish.theta[rows],
     )
+
+
+def _adaptive_spend(seg: Segments, w: F, tau: F, finish: _Finish) -> tuple[F, F, F]:
+    """(interruptible wall hours, work kept there, checkpoint writes there) expected of an adaptive
+    run: by Wald's identity over the full segments done before a switch (see the module doc)."""
+    done = _full_segments_done(seg, finish.theta)
+    r = seg.restart
+    scale = 1.0 / seg.lam + r
+    m1 = np.expm1(np.minimum(seg.lam * seg.w1, 300.0)) * scale
+    m2 = np.expm1(np.minimum(seg.lam * seg.w2, 300.0)) * scale
+    stays = finish.no_switch
+    spot_h = done * m1 + stays * m2 - r * (1.0 - stays)  # the switch's restart is on-demand
+    spot_work = tau * (done - seg.n * stays) + w * stays
+    writes = seg.write * done
+    return np.maximum(spot_h, spot_work + writes), spot_work, writes
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """An adaptive rule, fixed by its interval and threshold, at some preemption rate."""
+
+    no_switch: F
+    spot_h: F  # expected interruptible wall hours after start-up, final save aside
+    spot_work_h: F
+    writes_h: F
+    meets: F  # P(the run ends by the deadline)
+
+
+def adaptive_at(work_h: F, lam: F, write_h: F, restart_h: F, slack_h: F, tau_h: F, threshold_h: F) -> RuleOutcome:
+    """What an adaptive plan (its interval τ and threshold θ as planned) spends and how often it
+    keeps the deadline, `slack_h` after an on-demand run from the start, if preemptions come at
+    rate `lam`: a plan's sensitivity to the rate it assumed."""
+    seg = Segments.of(work_h, lam, tau_h, write_h, restart_h)
+    target = threshold_h + seg.n * write_h + seg.top  # the slack the rule targets
+    model = _Switching.of(seg, threshold_h)
+    finish = model.finish(target, at=slack_h - target + restart_h + seg.top)
+    spot_h, spot_work, writes = _adaptive_spend(seg, work_h, tau_h, finish)
+    return RuleOutcome(finish.no_switch, spot_h, spot_work, writes, np.clip(finish.value, 0.0, 1.0))
+
+
+def phase_at(work_h: F, lam: F, tau_h: F, write_h: F, restart_h: F, end_h: F) -> tuple[F, F]:
+    """(expected wall hours, P(done within `end_h` hours)) of an interruptible phase with the
+    interval as planned, if preemptions come at rate `lam`."""
+    seg = Segments.of(work_h, lam, tau_h, write_h, restart_h)
+    mean = run_time_mean(work_h, lam, tau_h, write_h, restart_h)
+    return mean, excess_cdf(seg, end_h - work_h - seg.n * write_h)
 
 
 def _tolerated_terms(seg: Segments, theta: F) -> list[tuple[I, int]]:
