@@ -16,6 +16,7 @@ from typing import Any
 
 from ftsolve._exports._launch import accelerate_config, launch_command, skypilot_problem, skypilot_task, trainer_of
 from ftsolve._exports._recipe import TrainingRecipe, training_recipe
+from ftsolve._exports._switch import LAUNCH_FILE, SWITCH_FILE, carries_switch, launch_script, switch_script
 from ftsolve._exports._text import json_text, yaml_text
 from ftsolve._exports._trainers import (
     DEEPSPEED_FILE,
@@ -158,6 +159,8 @@ def export_files(kind: str, plan: Plan, job: JobSpec, catalog: Catalog) -> dict[
         if trainer == "axolotl":
             files[FILE_NAMES["accelerate"]] = _render("accelerate", r, accelerate_config(r))
         files[FILE_NAMES[trainer]] = _render(trainer, r, _builder(trainer)(r))
+        if carries_switch(r.plan):
+            files[SWITCH_FILE], files[LAUNCH_FILE] = switch_script(r), launch_script(r)
     if r.parallel.backend == "deepspeed" and kind != "accelerate" and trainer in ("axolotl", "transformers"):
         files[DEEPSPEED_FILE] = json_text(deepspeed_config(r))
     return files

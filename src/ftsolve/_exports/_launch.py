@@ -9,6 +9,7 @@ from typing import Any
 
 from ftsolve._errors import InvalidJobSpec
 from ftsolve._exports._recipe import CHECKPOINT_MOUNT, MAIN_PROCESS_PORT, PLACEHOLDER, TrainingRecipe
+from ftsolve._exports._switch import CAPACITY_ENV, LAUNCH_FILE, SWITCH_FILE, carries_switch
 from ftsolve._exports._text import clean
 from ftsolve.catalog._models import Offer
 
@@ -159,6 +160,9 @@ def _run(r: TrainingRecipe, trainer: str) -> str:
             args += ["--node_rank", "$SKYPILOT_NODE_RANK", "--master_addr", "$HEAD_IP"]
             args += ["--master_port", str(MAIN_PROCESS_PORT)]
         args += [torchtune_recipe(r), "--config", "torchtune.yaml", "resume_from_checkpoint=$RESUME"]
+    if carries_switch(r.plan):
+        # The plan's switch to on-demand capacity: switch.py stops the run when its rule fires.
+        args = ["python3", SWITCH_FILE, "--", *args]
     lines.append(" ".join(_word(a) for a in args))
     return "\n".join(lines) + "\n"
 
@@ -188,6 +192,7 @@ def skypilot_task(r: TrainingRecipe) -> dict[str, Any]:
             "BASE_MODEL": r.base_model,
             "OUTPUT_DIR": r.output_dir,
             "CHECKPOINT_BUCKET": f"{PLACEHOLDER}-with-your-bucket-name",
+            **({CAPACITY_ENV: "interruptible"} if carries_switch(r.plan) else {}),
         },
         # The folder `ftsolve export skypilot --out DIR` writes: this task and the configs it runs.
         "workdir": ".",
@@ -200,6 +205,8 @@ def skypilot_task(r: TrainingRecipe) -> dict[str, Any]:
 
 
 def launch_command(r: TrainingRecipe) -> str:
+    if carries_switch(r.plan):
+        return f"bash {LAUNCH_FILE} <your-bucket> (sky jobs launch, then on-demand if the switch rule fires)"
     managed = r.plan.market != "on-demand"
     return f"sky {'jobs launch' if managed else 'launch'} task.yaml --env CHECKPOINT_BUCKET=<your-bucket>"
 

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from ftsolve._exports._switch import carries_switch, rule_words
 from ftsolve.catalog._load import Catalog
 from ftsolve.catalog._models import GpuSpec, ModelArch
 from ftsolve.solver._job import JobSpec
@@ -188,12 +189,8 @@ def training_recipe(plan: Plan, job: JobSpec, catalog: Catalog) -> TrainingRecip
             f"global batch {plan.micro_batch * plan.grad_accum * plan.n_gpus} sequences (asked "
             f"{job.global_batch_size}): accumulation rounds up to whole micro-batches"
         )
-    if plan.market == "fallback":
-        share = plan.time.interruptible_fraction
-        notes.append(
-            f"fallback market: interruptible for about {share:.0%} of the steps (to step "
-            f"{math.floor(share * schedule.max_steps)}), then relaunch on-demand; it resumes from the latest checkpoint"
-        )
+    if carries_switch(plan):
+        notes.append(f"{rule_words(plan, schedule)}: the SkyPilot export's launch.sh and switch.py carry the rule")
     if schedule.patience is not None and schedule.planned_save_steps != schedule.save_steps:
         notes.append(
             f"early stopping saves and evaluates every {schedule.save_steps} steps "
