@@ -37,14 +37,22 @@ STARTUP, FINAL, OD_RATE, SPOT_RATE = 0.15, 0.02, 10.0, 3.0
 
 
 def replay_phase(
-    rng: np.random.Generator, runs: int, work: float, lam: float, tau: float, delta: float, restart: float
+    rng: np.random.Generator,
+    runs: int,
+    work: float,
+    lam: float,
+    tau: float,
+    delta: float,
+    restart: float,
+    handover: bool = False,
 ) -> F:
-    """Wall hours to finish `work` hours of training with checkpoints every `tau` hours of work."""
+    """Wall hours to finish `work` hours of training with checkpoints every `tau` hours of work
+    (`handover`: the phase ends with a checkpoint for on-demand capacity to resume from)."""
     if work <= 0:
         return np.zeros(runs)
     n_writes = max(int(np.ceil(work / tau - 1e-9)) - 1, 0)
     # Every segment but the last ends with a checkpoint write; the final save is counted apart.
-    segments = [tau + delta] * n_writes + [work - n_writes * tau]
+    segments = [tau + delta] * n_writes + [work - n_writes * tau + (delta if handover else 0.0)]
     total = np.zeros(runs)
     for seg in segments:
         pending = np.ones(runs, dtype=bool)
@@ -185,8 +193,8 @@ def price_and_replay(
         spot_hours = STARTUP + spot_wall + np.where(switched, 0.0, FINAL)
         od_hours = od_hours + np.where(switched, FINAL, 0.0)
     else:
-        spot_wall = replay_phase(rng, runs, f * work, lam, tau, delta, restart)
         od_part = (1 - f) * work
+        spot_wall = replay_phase(rng, runs, f * work, lam, tau, delta, restart, handover=od_part > 0)
         switched = np.full(runs, od_part > 0)
         spot_hours = STARTUP + spot_wall + (0.0 if od_part > 0 else FINAL)
         od_hours = np.full(runs, restart + od_part + FINAL if od_part > 0 else 0.0)

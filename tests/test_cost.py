@@ -14,7 +14,7 @@ from strategies import single_run
 import ftsolve
 from ftsolve import JobSpec, Offer
 from ftsolve.solver._cost import ADAPTIVE, FALLBACK, NOT_OFFERED, OD, SPOT, RunInputs, price_runs
-from ftsolve.solver._risk import TAU_GRID_STEP, _mean_over_scale, best_interval, run_time_mean
+from ftsolve.solver._risk import TAU_GRID_STEP, _mean_over_scale, best_interval, checkpoint_count, run_time_mean
 
 
 def _run(market: int, work: float, lam: float, delta: float, restart: float) -> RunInputs:
@@ -234,3 +234,20 @@ def test_interval_search_ranks_intervals_as_the_expected_time_does(work: float, 
     fast = _mean_over_scale(np.full(64, work), np.full(64, lam), taus, np.full(64, d))
     assert np.allclose(fast * (1.0 / lam + r), full, rtol=1e-9)
     assert int(np.argmin(fast)) == int(np.argmin(full))
+
+
+@given(works, rates, deltas, restarts, st.floats(1.0, 3.0))
+def test_a_static_split_writes_the_checkpoint_it_hands_over(
+    work: float, lam: float, d: float, r: float, stretch: float
+) -> None:
+    # On-demand capacity resumes from a checkpoint of the work done: the interruptible share ends
+    # with a write, which an earlier model left out (0.5 h unpriced per switch at d = 0.5).
+    od = price_runs(_run(OD, work, lam, d, r), 0.9, None, 0, 0.05, 0.0, 0.0)
+    deadline = float(od.expected_hours[0]) * stretch + r
+    fb = price_runs(_run(FALLBACK, work, lam, d, r), 0.9, deadline, 0, 0.05, 0.0, 0.0)
+    f = float(fb.spot_fraction[0])
+    if not 0.0 < f < 1.0:
+        return
+    tau = fb.checkpoint_interval_h[0]
+    writes = float(checkpoint_count(np.array([f * work]), np.array([tau]))[0]) + 1.0
+    assert fb.checkpoint_hours[0] == pytest.approx(writes * d + 0.01, rel=1e-9)

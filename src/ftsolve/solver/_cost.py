@@ -4,9 +4,10 @@ Four markets:
 - on-demand: deterministic time; billed with the provider's granularity.
 - interruptible: Poisson preemptions, checkpoint interval chosen per plan; the finish quantile is
   the exact compound distribution's (see _risk.py), so the stated confidence is what it says.
-- fallback: interruptible for the first fraction f of the work, then the last checkpoint is
-  resumed on on-demand capacity for the rest. f is the largest multiple of 1/20 whose finish time
-  at the job's confidence still meets the deadline: a static split decided up front.
+- fallback: interruptible for the first fraction f of the work, which ends with a checkpoint
+  write (the handover), then resumed from it on on-demand capacity for the rest. f is the largest
+  multiple of 1/20 whose finish time at the job's confidence still meets the deadline: a static
+  split decided up front.
 - adaptive: interruptible capacity until the switch rule of _risk.py moves the run to on-demand
   capacity, so that on-demand is used only on the unlucky runs and every run meets the deadline
   (the safety net of "Can't Be Late", NSDI 2024, taken at preemptions). Its expected cost and finish
@@ -16,6 +17,9 @@ user rules plain interruptible capacity out); where both are priced for the same
 configuration, the dearer one is dropped, and an adaptive run dearer than on-demand capacity is
 not offered. All costs are exact for the model, so they can be checked by simulation
 (benchmarks/spot_montecarlo.py).
+
+With a budget confidence the cost is also quoted at that quantile (_budget_phase), and each plan
+can be re-priced as planned at another preemption rate (rate_sensitivity).
 
 Trial runs and failed attempts are priced on the plan's own market and configuration: each
 trial costs a start-up plus its fraction of the run; a failed attempt costs a start-up plus half
@@ -134,10 +138,15 @@ class Timing:
         return Timing(*(getattr(self, f.name)[idx] for f in fields(self)))
 
 
-def spot_phase(work: F, r: Timing, confidence: float) -> tuple[F, F, F, F]:
-    """Interruptible phase of `work` hours: interval, mean, confidence-quantile, checkpoint writes."""
-    tau, mean, quantile = phase_quantiles(work, r.rate, r.ckpt_write_h, r.restart_h, confidence)
-    writes = checkpoint_count(work, tau) * r.ckpt_write_h
+def spot_phase(work: F, r: Timing, confidence: float, handover: B | None = None) -> tuple[F, F, F, F]:
+    """Interruptible phase of `work` hours: interval, mean, confidence-quantile, checkpoint writes.
+
+    `handover`: rows whose phase ends by handing the run to on-demand capacity (a static split),
+    which needs a checkpoint of the work done: the last segment ends with a write too.
+    """
+    tail = np.where(handover, r.ckpt_write_h, 0.0) if handover is not None else 0.0
+    tau, mean, quantile = phase_quantiles(work, r.rate, r.ckpt_write_h, r.restart_h, confidence, tail)
+    writes = checkpoint_count(work, tau) * r.ckpt_write_h + tail
     return tau, mean, quantile, writes
 
 
@@ -438,7 +447,8 @@ def _budget_phase(r: Timing, phase: SpotPhase, q: float) -> None:
     static = np.flatnonzero(on & (r.market != ADAPTIVE))
     if static.size:
         sub = r.take(static)
-        phase.budget_h[static] = spot_phase(phase.fraction[static] * sub.work_h, sub, q)[2]
+        f = phase.fraction[static]
+        phase.budget_h[static] = spot_phase(f * sub.work_h, sub, q, handover=f < 1.0)[2]
     ad = np.flatnonzero(on & (r.market == ADAPTIVE))
     if ad.size:
         sub = r.take(ad)
@@ -461,7 +471,7 @@ def _static_split(r: Timing, rows: I, phase: SpotPhase, confidence: float, deadl
         return
     idx = rows[share]
     sub = r.take(idx)
-    t_s, m_s, q_s, w_s = spot_phase(f[share] * sub.work_h, sub, confidence)
+    t_s, m_s, q_s, w_s = spot_phase(f[share] * sub.work_h, sub, confidence, handover=f[share] < 1.0)
     od_rest = (1.0 - f[share]) * sub.work_h
     planned = od_rest > 0
     phase.interval_h[idx], phase.mean_h[idx], phase.writes_h[idx] = t_s, m_s, w_s
@@ -505,7 +515,7 @@ def _fallback_fraction(r: Timing, confidence: float, deadline_hours: float | Non
     rows = np.repeat(possible, j.size)
     f = np.tile(j, possible.size) / FALLBACK_STEPS
     sub = r.take(rows)
-    _, _, q, _ = spot_phase(sub.work_h * f, sub, confidence)
+    _, _, q, _ = spot_phase(sub.work_h * f, sub, confidence, handover=f < 1.0)
     finish = sub.startup_h + q + sub.restart_h + (1 - f) * sub.work_h + sub.final_save_h + reserve_h[rows]
     ok = (finish <= deadline_hours).reshape(possible.size, j.size)
     # The finish grows with f (interruptible work carries rework): the largest share that meets it.
@@ -567,7 +577,9 @@ def _spend_at(r: RunInputs, planned: RunCosts, factor: float, end_h: float) -> t
     else:
         work = f * r.work_h
         tail = np.where(f < 1.0, r.restart_h + r.work_h - work, 0.0)  # the planned on-demand rest
-        mean, meets = phase_at(work, lam, tau, r.ckpt_write_h, r.restart_h, end_h - r.startup_h - r.final_save_h - tail)
+        handover = np.where(f < 1.0, r.ckpt_write_h, 0.0)
+        end = end_h - r.startup_h - r.final_save_h - tail
+        mean, meets = phase_at(work, lam, tau, r.ckpt_write_h, r.restart_h, end, handover)
         spot_h = r.startup_h + mean + np.where(f < 1.0, 0.0, r.final_save_h)
         od_h = np.where(f < 1.0, tail + r.final_save_h, 0.0)
     usd = spot_h * ps + od_h * po

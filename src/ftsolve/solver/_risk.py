@@ -72,11 +72,12 @@ def checkpoint_count(work_h: F, tau_h: F) -> F:
     return out
 
 
-def run_time_mean(work_h: F, lam: F, tau_h: F, ckpt_write_h: F, restart_h: F) -> F:
+def run_time_mean(work_h: F, lam: F, tau_h: F, ckpt_write_h: F, restart_h: F, tail_h: F | float = 0.0) -> F:
     """Expected wall time to finish `work_h` hours: E[S] = (e^{λw} - 1)(1/λ + R) per segment.
 
     Every segment of τ but the last ends with a checkpoint write; the last (at most τ) does not,
-    since the final save is counted separately.
+    since the final save is counted separately, unless the phase hands over to on-demand capacity:
+    then it ends with a write too (`tail_h`, the write's hours).
     """
     lam = np.maximum(lam, 1e-12)
     tau = np.maximum(tau_h, 1e-9)
@@ -84,7 +85,7 @@ def run_time_mean(work_h: F, lam: F, tau_h: F, ckpt_write_h: F, restart_h: F) ->
     rest = work_h - full * tau
     scale = 1.0 / lam + restart_h
     m1 = np.expm1(np.minimum(lam * (tau + ckpt_write_h), 300.0)) * scale
-    m2 = np.expm1(np.minimum(lam * rest, 300.0)) * scale
+    m2 = np.expm1(np.minimum(lam * (rest + tail_h), 300.0)) * scale
     out: F = full * m1 + m2
     return out
 
@@ -158,14 +159,17 @@ def _distinct(*columns: F) -> tuple[I, list[F]]:
     return inverse.reshape(-1), [uniq[:, j] for j in range(len(columns))]
 
 
-def phase_quantiles(work_h: F, lam: F, ckpt_write_h: F, restart_h: F, confidence: float) -> tuple[F, F, F]:
+def phase_quantiles(
+    work_h: F, lam: F, ckpt_write_h: F, restart_h: F, confidence: float, tail_h: F | float = 0.0
+) -> tuple[F, F, F]:
     """(checkpoint interval, mean and `confidence`-quantile of the wall time) to finish `work_h`
-    hours on interruptible capacity; once per distinct row."""
-    rows, (w, la, d, r) = _distinct(work_h, lam, ckpt_write_h, restart_h)
+    hours on interruptible capacity (`tail_h`: a write ending the last segment, see
+    run_time_mean); once per distinct row."""
+    rows, (w, la, d, r, t) = _distinct(work_h, lam, ckpt_write_h, restart_h, np.asarray(tail_h, dtype=np.float64))
     tau = _interval(w[:, None], la[:, None], d[:, None])
-    mean = run_time_mean(w, la, tau, d, r)
-    seg = Segments.of(w, la, tau, d, r)
-    quantile = w + seg.n * d + excess_quantile(seg, confidence)
+    mean = run_time_mean(w, la, tau, d, r, t)
+    seg = Segments.of(w, la, tau, d, r, t)
+    quantile = w + seg.n * d + t + excess_quantile(seg, confidence)
     return tau[rows], mean[rows], quantile[rows]
 
 
@@ -266,11 +270,12 @@ class Segments:
     single_last: F  # P(the failure is in the last segment | N = 1)
 
     @classmethod
-    def of(cls, work_h: F, lam: F, tau_h: F, write_h: F, restart_h: F) -> Segments:
+    def of(cls, work_h: F, lam: F, tau_h: F, write_h: F, restart_h: F, tail_h: F | float = 0.0) -> Segments:
+        """`tail_h`: a checkpoint write ending the last segment (a handover to on-demand capacity)."""
         tau = np.maximum(tau_h, 1e-9)
         lam = np.maximum(lam, 1e-12)
         n = checkpoint_count(work_h, tau)
-        w1, w2 = tau + write_h, np.maximum(work_h - n * tau, 0.0)
+        w1, w2 = tau + write_h, np.maximum(work_h - n * tau, 0.0) + tail_h
         l1, l2 = np.minimum(lam * w1, 300.0), np.minimum(lam * w2, 300.0)
         q1, q2 = -np.expm1(-l1), -np.expm1(-l2)
         e1, e2 = n * np.expm1(l1), np.expm1(l2)  # expected failures: q/p per segment
@@ -796,12 +801,14 @@ def adaptive_at(work_h: F, lam: F, write_h: F, restart_h: F, slack_h: F, tau_h: 
     return RuleOutcome(finish.no_switch, spot_h, spot_work, writes, np.clip(finish.value, 0.0, 1.0))
 
 
-def phase_at(work_h: F, lam: F, tau_h: F, write_h: F, restart_h: F, end_h: F) -> tuple[F, F]:
+def phase_at(
+    work_h: F, lam: F, tau_h: F, write_h: F, restart_h: F, end_h: F, tail_h: F | float = 0.0
+) -> tuple[F, F]:
     """(expected wall hours, P(done within `end_h` hours)) of an interruptible phase with the
-    interval as planned, if preemptions come at rate `lam`."""
-    seg = Segments.of(work_h, lam, tau_h, write_h, restart_h)
-    mean = run_time_mean(work_h, lam, tau_h, write_h, restart_h)
-    return mean, excess_cdf(seg, end_h - work_h - seg.n * write_h)
+    interval as planned, if preemptions come at rate `lam` (`tail_h` as in phase_quantiles)."""
+    seg = Segments.of(work_h, lam, tau_h, write_h, restart_h, tail_h)
+    mean = run_time_mean(work_h, lam, tau_h, write_h, restart_h, tail_h)
+    return mean, excess_cdf(seg, end_h - work_h - seg.n * write_h - tail_h)
 
 
 def _tolerated_terms(seg: Segments, theta: F) -> list[tuple[I, int]]:
