@@ -110,3 +110,22 @@ def test_floor_prices_are_not_planned_unless_allowed() -> None:
     assert any(p.market != "on-demand" for p in floors)
     for p in ftsolve.plan(job, CATALOG).plans:
         assert p.market == "on-demand"
+
+
+def test_missing_hardware_data_is_reported_as_missing_data() -> None:
+    # A GPU the catalog cannot time (no tensor peak) beside one it can: compare and the plan's
+    # "not chosen" line name the missing data, not an incompatibility or a quota.
+    blind = CATALOG.gpus["h100-sxm"].model_copy(update={"name": "h100-blind", "tensor_tflops": None})
+    gpus = {**CATALOG.gpus, "h100-blind": blind}
+    offers = (
+        _offer("aws", 8, 3.0),
+        _offer("vast", 1, 0.5).model_copy(update={"gpu": "h100-blind", "instance_type": "blind"}),
+    )
+    cat = ftsolve.Catalog(gpus=gpus, offers=offers, models=CATALOG.models)
+    job = JobSpec(model="llama-3.1-8b", train_tokens=10**7, seq_len=2048)
+    rows = {r.option: r for r in ftsolve.compare(job, cat)}
+    assert not rows["h100-blind"].feasible
+    note = rows["h100-blind"].blocked_by
+    assert "no tensor peak or memory bandwidth in the catalog" in note and "quota" not in note
+    rejected = " ".join(ftsolve.plan(job, cat).rejected)
+    assert "h100-blind" in rejected and "no tensor peak" in rejected

@@ -12,6 +12,7 @@ from ftsolve._calibration import calibration_assumptions
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
 from ftsolve.catalog import Catalog, Offer, load_catalog, provider_defaults
 from ftsolve.solver import _coefficients as k
+from ftsolve.solver._compat import GPU_RULES, TIMING_RULES, OnGpu
 from ftsolve.solver._cost import RunCosts, rate_sensitivity
 from ftsolve.solver._engines import ENGINES
 from ftsolve.solver._explain import diagnose
@@ -300,7 +301,7 @@ def _failure(job: JobSpec, t: CandidateTable, rows: NDArray[np.int64]) -> str:
         name = METHOD_NAMES[m]
         compat = r[t.masks["compatibility"][r] & t.masks["quota"][r]]
         if compat.size == 0:
-            parts.append(f"{name} is not supported on this GPU or exceeds your quota")
+            parts.append(f"{name}: {_unsupported(t, r)}")
             continue
         fit = compat[t.masks["memory"][compat]]
         if fit.size == 0:
@@ -325,6 +326,19 @@ def _failure(job: JobSpec, t: CandidateTable, rows: NDArray[np.int64]) -> str:
             f"with {name} it is feasible at {int(t.total_cents[j]) / 100:.2f} USD, {float(t.expected_hours[j]):.1f} h"
         )
     return "; ".join(parts)
+
+
+def _unsupported(t: CandidateTable, rows: NDArray[np.int64]) -> str:
+    """Why none of `rows` (one offer, one method) is compatible and within quota: missing catalog
+    data, a kernel the GPU lacks, or the user's quota, named as such."""
+    compatible = rows[t.masks["compatibility"][rows]]
+    if compatible.size:
+        return "more GPUs than your quota allows"
+    spec = t.gpu_specs[t.offers[int(t.offer_idx[rows[0]])].gpu]
+    timed = spec.tensor_tflops is not None and spec.memory_bandwidth_gb_per_s is not None
+    on_gpu = OnGpu(t.quant[rows], np.full(rows.shape, spec.vendor == "nvidia"), np.full(rows.shape, timed))
+    broken = [rule.reason for rule in GPU_RULES + TIMING_RULES if not rule.holds(on_gpu).any()]
+    return "; ".join(broken) if broken else "not supported on this GPU"
 
 
 def rejected_options(job: JobSpec, t: CandidateTable, chosen: list[int]) -> tuple[str, ...]:
