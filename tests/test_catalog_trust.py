@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import ftsolve
 from ftsolve import CatalogError
 from ftsolve.catalog import Offer, OfferArrays, load_gpus, parse_offers
 from ftsolve.catalog._arrays import PRICE_KIND_CODES, planning_prices
@@ -266,3 +267,33 @@ def test_bundled_vast_offers_have_interruptible_prices_exactly_when_the_source_h
     vast = [o for o in BUNDLED if o.provider == "vast"]
     assert vast
     assert any(o.interruptible_usd_per_gpu_hour for o in vast) == source_has_spot
+
+
+# --- what a plan says of its price -----------------------------------------------------------------
+
+
+def _plan_on(offer: Offer, **job: object) -> ftsolve.Plan:
+    from ftsolve import Catalog, JobSpec, load_catalog
+
+    base = load_catalog(user=False)
+    cat = Catalog(gpus=base.gpus, offers=(offer,), models=base.models)
+    spec = JobSpec.model_validate({"model": "llama-3.1-8b", "train_tokens": 10**7, "seq_len": 2048} | job)
+    return ftsolve.plan(spec, cat, top=1).plans[0]
+
+
+def test_every_plan_price_line_shows_kind_and_date() -> None:
+    job = ftsolve.JobSpec(model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, deadline_hours=24)
+    for p in ftsolve.plan(job, top=10).plans:
+        line = p.cost_items[0].source
+        kind = p.offer.price_kind if p.market == "on-demand" else p.offer.interruptible_price_kind
+        assert f"({kind} price)" in line and f"dated {p.price_date.isoformat()}" in line
+
+
+def test_estimated_prices_and_deep_discounts_are_flagged_in_the_plan() -> None:
+    listed = _plan_on(_offer(interruptible_usd_per_gpu_hour=None))
+    assert not any("estimate" in a or "under on-demand" in a for a in listed.assumptions)
+    guessed = _plan_on(_offer(interruptible_usd_per_gpu_hour=None, price_kind="estimate"))
+    assert any("on-demand price is an estimate" in a for a in guessed.assumptions)
+    deep = _plan_on(_offer(interruptible_usd_per_gpu_hour=0.4), markets=("interruptible",))
+    assert deep.market == "interruptible"
+    assert any("interruptible price 90% under on-demand" in a for a in deep.assumptions)

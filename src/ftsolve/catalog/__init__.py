@@ -3,7 +3,7 @@
 from ftsolve.catalog._arrays import BILLING_CODES, DEFAULT_INTER_NODE_GBIT, OfferArrays, planning_prices
 from ftsolve.catalog._hf import arch_from_config, config_json_path, load_config_json
 from ftsolve.catalog._load import Catalog, load_catalog, load_gpus, parse_offers
-from ftsolve.catalog._models import GpuSpec, ModelArch, Offer
+from ftsolve.catalog._models import MAX_PLAUSIBLE_DISCOUNT, GpuSpec, ModelArch, Offer
 from ftsolve.catalog._names import resolve_gpu
 from ftsolve.catalog._presets import PRESETS
 from ftsolve.catalog._providers import (
@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_INTER_NODE_GBIT",
     "FALLBACK_STORAGE_SOURCE",
     "FALLBACK_STORAGE_USD_PER_GB_MONTH",
+    "MAX_PLAUSIBLE_DISCOUNT",
     "PRESETS",
     "Catalog",
     "GpuSpec",

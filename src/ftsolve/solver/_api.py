@@ -10,7 +10,7 @@ from numpy.typing import NDArray
 
 from ftsolve._calibration import calibration_assumptions
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
-from ftsolve.catalog import Catalog, Offer, load_catalog, provider_defaults
+from ftsolve.catalog import MAX_PLAUSIBLE_DISCOUNT, Catalog, Offer, load_catalog, provider_defaults
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._compat import GPU_RULES, TIMING_RULES, OnGpu
 from ftsolve.solver._cost import RunCosts, rate_sensitivity
@@ -194,6 +194,21 @@ def _assumptions(job: JobSpec, t: CandidateTable, i: int, offer: Offer, memory: 
         f"price {offer.price_date.isoformat()}{' (estimated date)' if offer.price_date_estimated else ''}"
         f": {offer.source}",
     ]
+    used = "on-demand" if market == "on-demand" else "interruptible"
+    kind = offer.price_kind if used == "on-demand" else offer.interruptible_price_kind
+    if market in ("fallback", "adaptive") and "estimate" in (offer.price_kind, offer.interruptible_price_kind):
+        kind = "estimate"
+    if kind == "estimate":
+        out.append(
+            f"the {used} price is an estimate (derived, converted or of unknown date): check the provider's "
+            "current price before you launch"
+        )
+    discount = offer.interruptible_discount
+    if market != "on-demand" and discount is not None and discount > MAX_PLAUSIBLE_DISCOUNT:
+        out.append(
+            f"interruptible price {discount:.0%} under on-demand: more often a floor or a stale snapshot than a "
+            "price one pays; check it before you launch"
+        )
     if market != "on-demand" and offer.interruption_rate_per_hour is None:
         out.append(f"interruption rate {defaults.interruption_rate_per_hour:.3g}/h: {defaults.interruption_source}")
     if offer.storage_usd_per_gb_month is None:

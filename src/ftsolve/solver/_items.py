@@ -57,11 +57,13 @@ def price_source(offer: Offer) -> str:
     """The offer's prices, their date and source: behind every item billed at GPU-hour prices."""
     prices = []
     if offer.on_demand_usd_per_gpu_hour is not None:
-        prices.append(f"on-demand {offer.on_demand_usd_per_gpu_hour:g}")
+        prices.append(f"on-demand {offer.on_demand_usd_per_gpu_hour:g} USD/GPU-h ({offer.price_kind} price)")
     if offer.interruptible_usd_per_gpu_hour is not None:
-        prices.append(f"interruptible {offer.interruptible_usd_per_gpu_hour:g}")
+        prices.append(
+            f"interruptible {offer.interruptible_usd_per_gpu_hour:g} USD/GPU-h ({offer.interruptible_price_kind} price)"
+        )
     estimated = " (estimated date)" if offer.price_date_estimated else ""
-    return f"{' / '.join(prices)} USD/GPU-h dated {offer.price_date.isoformat()}{estimated}, {offer.source}"
+    return f"{' / '.join(prices)} dated {offer.price_date.isoformat()}{estimated}, {offer.source}"
 
 
 def storage_source(offer: Offer) -> str:
