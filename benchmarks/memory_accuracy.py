@@ -47,9 +47,10 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from ftsolve.catalog import Catalog, ModelArch, arch_from_config, load_catalog
+from ftsolve.catalog import Catalog, GpuSpec, ModelArch, arch_from_config, load_catalog, load_gpus, resolve_gpu
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import MemoryEstimate, estimate_memory
+from ftsolve.solver._hardware import usable_gib
 from ftsolve.solver._memory import MemoryOptions
 from ftsolve.solver._stacks import STACK_NAMES
 
@@ -111,6 +112,7 @@ class Case:
     sharding: str
     n_gpus: int
     card_gib: float | None  # None when the source does not name the GPU
+    usable_gib: float | None  # what a process can allocate on that card (_hardware.usable_gib)
     measured_gib: float | None
     ok: bool
     reserved: bool  # the tool reports reserved (allocator) memory, not allocated
@@ -143,6 +145,22 @@ def _gib(value: str, unit: str) -> float | None:
     if unit.startswith("MB"):
         return x * 1e6 / GIB
     return x  # GiB, or "G" as printed by tools that divide by 2**30
+
+
+def _usable_gib(gpu: str, card_gib: float) -> float:
+    """The planner's usable memory of the named card (its reported total less the driver's share),
+    or the nominal share for a generic or unknown card."""
+    name = re.sub(r"-?\d+\s*GB?$", "", gpu.split(" (")[0].split()[0]) if gpu.strip() else ""
+    gpus = _gpus()
+    spec = resolve_gpu(name, card_gib, known_memory_gib={n: g.memory_gib for n, g in gpus.items()}) if name else None
+    if spec is not None and spec in gpus and gpus[spec].memory_gib == card_gib:
+        return usable_gib(gpus[spec])
+    return card_gib * k.USABLE_MEMORY_FRACTION.value
+
+
+@functools.cache
+def _gpus() -> dict[str, GpuSpec]:
+    return load_gpus()
 
 
 def _card_gib(gpu: str) -> float | None:
@@ -264,6 +282,7 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
     if precision == "int8":
         # ms-swift files int8 GPTQ bases under "qlora"; ftsolve calls that 8-bit base LoRA.
         method = "lora"
+    card = float(row["gpu_mem_gb"]) if row["gpu_mem_gb"] else _card_gib(row["gpu_type"])
     return Case(
         id=int(row["id"]),
         source=src,
@@ -279,7 +298,8 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         ckpt=ckpt_text.startswith("yes"),
         sharding=sharding,
         n_gpus=n,
-        card_gib=float(row["gpu_mem_gb"]) if row["gpu_mem_gb"] else _card_gib(row["gpu_type"]),
+        card_gib=card,
+        usable_gib=None if card is None else _usable_gib(row["gpu_type"], card),
         measured_gib=measured,
         ok=outcome == "ok",
         reserved=swift,
@@ -505,7 +525,7 @@ def fit(rows: list[Case], pieces: dict[int, Pieces], prior: Coefficients) -> Coe
                 target.append(c.measured_gib - p.fixed - const)  # type: ignore[operator]
                 plan_design.append([coef_a_plan, *onehot])
                 # 0.02 GiB to spare, so that the coefficients rounded to 3 digits keep the constraint
-                usable = c.card_gib * k.USABLE_MEMORY_FRACTION.value - 0.02 if c.ok and c.card_gib else np.inf
+                usable = c.usable_gib - 0.02 if c.ok and c.usable_gib else np.inf
                 plan_room.append(usable - p.fixed - p.overheads - const_plan)
             x, y = np.array(design), np.array(target)
             sol = _constrained_lstsq(x * weight[:, None], y * weight, np.array(plan_design), np.array(plan_room))
@@ -530,7 +550,7 @@ def _outcome(case: Case, p: Pieces, coef: Coefficients) -> Outcome:
     figure, planning = _analytic(case, p, coef)
     wrong = False
     if case.card_gib is not None:
-        fits = planning <= case.card_gib * k.USABLE_MEMORY_FRACTION.value
+        fits = planning <= (case.usable_gib or np.inf)
         wrong = fits != case.ok
     err = None if case.measured_gib is None else figure / case.measured_gib - 1.0
     return Outcome(case, err, wrong)

@@ -28,6 +28,10 @@ def test_peak_plus_band_fits_and_the_global_batch_is_held(job: JobSpec) -> None:
         assert m.band >= 0.14  # the validated band of the method on the stack, never zero by default
         assert m.peak_gib * (1 + m.band) <= m.usable_gib + 1e-3
         assert m.headroom_gib >= -1e-3
+        # Usable is what the device reports less the driver's share, not its nominal size.
+        spec = CATALOG.gpus[p.gpu]
+        assert spec.visible_memory_mib is not None and spec.visible_memory_source
+        assert m.usable_gib <= spec.visible_memory_mib / 1024 - 0.5
         assert p.global_batch == p.micro_batch * p.grad_accum * p.n_gpus == job.global_batch_size
 
 
@@ -129,3 +133,16 @@ def test_missing_hardware_data_is_reported_as_missing_data() -> None:
     assert "no tensor peak or memory bandwidth in the catalog" in note and "quota" not in note
     rejected = " ".join(ftsolve.plan(job, cat).rejected)
     assert "h100-blind" in rejected and "no tensor peak" in rejected
+
+
+def test_usable_memory_follows_what_the_device_reports() -> None:
+    # ECC takes 1/16 of an A10G's GDDR6 and a B300 shows about 268.6 of its 288 GiB: plans must
+    # not count on the nominal figure (issue 14).
+    from ftsolve.solver._hardware import usable_gib
+
+    gpus = CATALOG.gpus
+    assert usable_gib(gpus["a10g"]) < 22.0 < gpus["a10g"].memory_gib * 0.98
+    assert usable_gib(gpus["b300"]) < 269.0 < gpus["b300"].memory_gib * 0.98
+    assert usable_gib(gpus["h100-sxm"]) == pytest.approx((81559 - 620) / 1024)
+    offered = {o.gpu for o in CATALOG.offers}
+    assert all(gpus[g].visible_memory_mib for g in offered if g != "mi325x")

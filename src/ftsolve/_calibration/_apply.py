@@ -28,7 +28,7 @@ from ftsolve._calibration._store import Calibration, Correction, load_calibratio
 from ftsolve.catalog import load_gpus
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import TimeEstimate
-from ftsolve.solver._hardware import Hardware
+from ftsolve.solver._hardware import Hardware, usable_gib
 from ftsolve.solver._job import JobSpec
 from ftsolve.solver._memory import METHOD_NAMES, MemoryOptions, MemoryTerms
 from ftsolve.solver._throughput import StepTime
@@ -135,7 +135,7 @@ def _setup_gpus(cal: Calibration, hw: Hardware) -> NDArray[np.object_]:
         same = (
             (hw.peak_tflops == (spec.tensor_tflops or 1.0))
             & (hw.memory_bandwidth_gb_per_s == (spec.memory_bandwidth_gb_per_s or 1.0))
-            & np.isclose(hw.usable_bytes, spec.memory_gib * k.USABLE_MEMORY_FRACTION.value * k.GIB)
+            & np.isclose(hw.usable_bytes, usable_gib(spec) * k.GIB)
         )
         names[same & (names == "")] = name
     return names

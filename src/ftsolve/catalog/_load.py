@@ -149,6 +149,8 @@ def load_gpus() -> dict[str, GpuSpec]:
             vendor=row["vendor"],
             architecture=row["architecture"],
             memory_gib=float(row["memory_gb"]),
+            visible_memory_mib=int(row["visible_memory_mib"]) if row.get("visible_memory_mib") else None,
+            visible_memory_source=row.get("visible_memory_source") or "",
             memory_bandwidth_gb_per_s=_num(row["memory_bandwidth_gbps"]),
             tensor_tflops=tflops,
             supports_bf16=row["supports_bf16"] == "true",

@@ -26,6 +26,13 @@ class GpuSpec(_Frozen):
     vendor: Vendor
     architecture: str
     memory_gib: float = Field(gt=0, description="nominal memory; HBM/GDDR sizes are binary")
+    visible_memory_mib: int | None = Field(
+        default=None,
+        gt=0,
+        description="the device total nvidia-smi (or torch, rocm-smi, hl-smi) reports: less than nominal "
+        "where ECC takes its share (A10G, T4, L40) or the vendor exposes less (B300)",
+    )
+    visible_memory_source: str = ""
     memory_bandwidth_gb_per_s: float | None = Field(default=None, gt=0)
     tensor_tflops: float | None = Field(
         default=None,

@@ -11,7 +11,6 @@ from numpy.typing import NDArray
 from ftsolve._calibration import calibration_assumptions
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
 from ftsolve.catalog import MAX_PLAUSIBLE_DISCOUNT, Catalog, Offer, load_catalog, provider_defaults
-from ftsolve.solver import _coefficients as k
 from ftsolve.solver._compat import GPU_RULES, TIMING_RULES, OnGpu
 from ftsolve.solver._cost import RunCosts, rate_sensitivity
 from ftsolve.solver._engines import ENGINES
@@ -117,7 +116,7 @@ def _memory_breakdown(t: CandidateTable, i: int) -> MemoryBreakdown:
         components_gib={n: round(v, 3) for n, v in t.memory_gib(i).items()},
         peak_gib=round(float(t.peak_gib[i]), 3),
         usable_gib=round(float(t.usable_gib[i]), 3),
-        card_gib=round(float(t.usable_gib[i]) / k.USABLE_MEMORY_FRACTION.value, 3),
+        card_gib=round(t.gpu_specs[t.offers[int(t.offer_idx[i])].gpu].memory_gib, 3),
         band=round(float(t.memory_band[i]), 3),
         headroom_gib=round(float(t.usable_gib[i] - t.peak_gib[i] * (1.0 + t.memory_band[i])), 3),
     )

@@ -32,9 +32,16 @@ _FITTED = (
 # --- memory -------------------------------------------------------------------------------
 USABLE_MEMORY_FRACTION = Coefficient(
     0.98,
-    "of nominal card memory",
+    "of nominal card memory, for a GPU without a visible total in gpus.csv",
     "the share CUDA exposes (A100-80GB: ~79.2 of 80 GiB; assumption, verify on a GPU). physics.md §5's "
     "~95% predates the explicit context, runtime and dynamic-margin terms, which now carry the headroom",
+)
+DRIVER_RESERVED_MIB = Coefficient(
+    620.0,
+    "MiB of the nvidia-smi total a process cannot allocate",
+    "CUDA deviceQuery total against nvidia-smi total: H100 SXM 81106 of 81559 MiB (thamada/nvidia-smi "
+    "nvsim/H100SXMx8_deviceQuery.py), A100-SXM4-40GB 40339 of 40960 MiB (bottlerocket-os/bottlerocket#3873); "
+    "the larger gap, rounded",
 )
 DYNAMIC_MARGIN = Coefficient(
     0.10,

@@ -41,6 +41,15 @@ class Hardware:
         return int(self.gpu.shape[0])
 
 
+def usable_gib(spec: GpuSpec) -> float:
+    """The memory a training process can allocate on one GPU: the total the device reports less
+    what the driver keeps (the CUDA context is counted in the peak), or a share of the nominal size
+    for a GPU without a reported total."""
+    if spec.visible_memory_mib is not None:
+        return (spec.visible_memory_mib - k.DRIVER_RESERVED_MIB.value) / 1024.0
+    return spec.memory_gib * k.USABLE_MEMORY_FRACTION.value
+
+
 def hardware(specs: Sequence[GpuSpec], gpu: I, n_gpus: I, nodes: I, inter_node_gbit: F) -> Hardware:
     """The setups (specs[gpu[i]] × n_gpus[i] over nodes[i] linked at inter_node_gbit[i])."""
 
@@ -53,7 +62,7 @@ def hardware(specs: Sequence[GpuSpec], gpu: I, n_gpus: I, nodes: I, inter_node_g
         gpu=gpu,
         n_gpus=n_gpus,
         nodes=nodes,
-        usable_bytes=per_gpu([g.memory_gib for g in specs], np.float64) * k.USABLE_MEMORY_FRACTION.value * k.GIB,
+        usable_bytes=per_gpu([usable_gib(g) for g in specs], np.float64) * k.GIB,
         peak_tflops=per_gpu([g.tensor_tflops or 1.0 for g in specs], np.float64),
         utilization=per_gpu([utilization(g).value for g in specs], np.float64),
         memory_bandwidth_gb_per_s=per_gpu([g.memory_bandwidth_gb_per_s or 1.0 for g in specs], np.float64),
