@@ -41,6 +41,7 @@ _OPTIONAL_OFFER_COLUMNS = (
     "interruptible_price_kind",
     "launchable",
     "not_launchable_reason",
+    "currency",
 )
 
 
@@ -238,6 +239,8 @@ def _offer_from_row(row: Mapping[str, str | None], where: str, gpus: Mapping[str
         "interruptible_price_kind": get("interruptible_price_kind") or None,
         "launchable": launchable in _TRUE,
         "not_launchable_reason": get("not_launchable_reason"),
+        # Prices in the row's currency (USD unless stated): Offer converts them at the price date's rate.
+        "currency": get("currency").upper() or "USD",
     }
     # Numbers go to Offer as text: its validators parse them and refuse inf, nan and fractions.
     data |= {col: get(col) or None for col in _NUMBER_COLUMNS}

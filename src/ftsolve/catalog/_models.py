@@ -1,15 +1,19 @@
 """Catalog records: GPU hardware, rentable offers and model architectures.
 
 Every field carries its unit in its name. Prices are USD per GPU-hour (an instance price is
-divided by its GPU count when the catalog is built), memory is GiB (2**30 bytes).
+divided by its GPU count when the catalog is built; one quoted in euros or pounds is converted,
+see _currency.py), memory is GiB (2**30 bytes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ftsolve.catalog._currency import CURRENCIES, Currency, rate_on
 
 Vendor = Literal["nvidia", "amd", "intel"]
 
@@ -147,6 +151,13 @@ class Offer(_Frozen):
         "clouds SkyPilot supports, the provider's own otherwise)",
     )
     not_launchable_reason: str = Field(default="", max_length=MAX_NAME_CHARS)
+    currency: Currency = Field(
+        default="USD",
+        description="the currency the provider quotes; read in it, the prices are converted to US dollars",
+    )
+    usd_per_unit: float | None = Field(
+        default=None, gt=0, description="the exchange rate the prices were converted at (None: quoted in USD)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -155,6 +166,30 @@ class Offer(_Frozen):
         if isinstance(data, dict) and data.get("interruptible_price_kind") in (None, ""):
             data = {**data, "interruptible_price_kind": data.get("price_kind") or "list"}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _to_usd(cls, data: object) -> object:
+        # Prices read in another currency (no rate yet): converted once, at the rate of the price
+        # date; an offer already converted keeps its figures and its rate.
+        if not isinstance(data, dict) or data.get("currency") in (None, "", "USD") or data.get("usd_per_unit"):
+            return data
+        currency, day = str(data["currency"]).strip().upper(), data.get("price_date")
+        if currency not in CURRENCIES:
+            return {**data, "currency": currency}  # refused by the field's own check
+        try:
+            date = day if isinstance(day, dt.date) else dt.date.fromisoformat(str(day))
+        except ValueError:
+            return data  # the price_date check says what is wrong
+        rate = rate_on(currency, date)
+        out = {**data, "currency": currency, "usd_per_unit": rate.usd_per_unit}
+        for name in ("on_demand_usd_per_gpu_hour", "interruptible_usd_per_gpu_hour", "storage_usd_per_gb_month"):
+            value = data.get(name)
+            if value not in (None, "") and not isinstance(value, bool):
+                # A value that is no number stays as it is: the field's own check names it.
+                with contextlib.suppress(TypeError, ValueError):
+                    out[name] = round(float(value) * rate.usd_per_unit, 6)
+        return out
 
     @field_validator(
         "provider", "tier", "instance_type", "gpu", "source_gpu_name", "region", "source", "not_launchable_reason"

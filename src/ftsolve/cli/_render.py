@@ -27,6 +27,7 @@ from ftsolve.catalog import Offer
 from ftsolve.cli._common import console, plain
 from ftsolve.solver import Infeasibility, MemoryBreakdown, Plan, PlanSet
 from ftsolve.solver._job import JobSpec
+from ftsolve.solver._money import money
 from ftsolve.solver._sweeps import CompareRow, FrontierPoint
 
 
@@ -141,7 +142,7 @@ _DEFAULT_COLUMNS = (
         ),
     ),
     _Column("hours", (("hours", _hours), ("hours", lambda p: f"{p.time.expected_hours:.1f}")), right=True),
-    _Column("cost", (("cost USD", lambda p: f"{p.total_cost_usd:.2f}"),), right=True),
+    _Column("cost", (("cost {cur}", lambda p: f"{p.total_cost_usd:.2f}"),), right=True),
 )
 
 # How the default table narrows, step by step, until it fits: (column, its next form or None to hide
@@ -176,7 +177,7 @@ _WIDE_COLUMNS = (
     _Column("grad_ckpt", (("grad ckpt", lambda p: "on" if p.gradient_checkpointing else "off"),)),
     _Column("batch", (("micro-batch×accum", lambda p: f"{p.micro_batch}×{p.grad_accum}"),), right=True),
     _Column("market", (("market", lambda p: _market(p, interruptible="interruptible")),)),
-    _Column("price", (("USD/GPU-h", lambda p: f"{p.price_usd_per_gpu_hour:.2f}"),), right=True),
+    _Column("price", (("{cur}/GPU-h", lambda p: f"{p.price_usd_per_gpu_hour:.2f}"),), right=True),
     _Column(
         "memory",
         (("mem/GPU GiB", lambda p: f"{_down(p.memory.peak_gib):.1f}/{_down(p.memory.usable_gib):.1f}"),),
@@ -186,11 +187,13 @@ _WIDE_COLUMNS = (
     _Column("free", (("free GiB", lambda p: f"{_down(_headroom_gib(p.memory)):.1f}"),), right=True),
     _Column("hours", (("hours", lambda p: f"{p.time.expected_hours:.1f}"),), right=True),
     _Column("p_hours", (("{p} hours", lambda p: f"{p.time.quantile_hours:.1f}"),), right=True),
-    _Column("cost", (("cost USD", lambda p: f"{p.total_cost_usd:.2f}"),), right=True),
+    _Column("cost", (("cost {cur}", lambda p: f"{p.total_cost_usd:.2f}"),), right=True),
 )
 
 
-def _table(plans: Sequence[Plan], columns: Sequence[_Column], forms: dict[str, int | None]) -> Table:
+def _table(
+    plans: Sequence[Plan], columns: Sequence[_Column], forms: dict[str, int | None], currency: str = "USD"
+) -> Table:
     """`plans` under the given form of each column (absent: the fullest; None: hidden)."""
     # Two spaces between columns, a rule under the headers, nothing at the edges: compact, and a
     # row stays one line for grep. A table that cannot fit folds its cells rather than cutting them.
@@ -198,7 +201,8 @@ def _table(plans: Sequence[Plan], columns: Sequence[_Column], forms: dict[str, i
     shown = [(c, c.forms[form]) for c in columns if (form := forms.get(c.key, 0)) is not None]
     p_label = _p_label(plans[0]) if plans else "p"
     for c, (header, _) in shown:
-        t.add_column(header.replace("{p}", p_label), justify="right" if c.right else "left", overflow="fold")
+        label = header.replace("{p}", p_label).replace("{cur}", currency)
+        t.add_column(label, justify="right" if c.right else "left", overflow="fold")
     for p in plans:
         t.add_row(*_cells(*(cell(p) for _, (_, cell) in shown)))
     return t
@@ -215,7 +219,7 @@ class _Fitted:
     hidden: tuple[str, ...]  # headers of hidden columns whose values differ
 
 
-def _fit(con: Console, plans: Sequence[Plan], width: int) -> _Fitted:
+def _fit(con: Console, plans: Sequence[Plan], width: int, currency: str = "USD") -> _Fitted:
     """The fullest form of the default table that fits `width` (the narrowest, folding, when none does).
 
     Narrowing steps are taken in order until the table fits; then each is undone, most important
@@ -224,7 +228,7 @@ def _fit(con: Console, plans: Sequence[Plan], width: int) -> _Fitted:
     forms: dict[str, int | None] = {}
 
     def fits(trial: dict[str, int | None]) -> bool:
-        return _width(con, _table(plans, _DEFAULT_COLUMNS, trial)) <= width
+        return _width(con, _table(plans, _DEFAULT_COLUMNS, trial, currency)) <= width
 
     def values(key: str) -> set[str]:
         column = next(c for c in _DEFAULT_COLUMNS if c.key == key)
@@ -250,7 +254,36 @@ def _fit(con: Console, plans: Sequence[Plan], width: int) -> _Fitted:
                 same.append(f"{c.forms[0][0]} {shown.pop()}")
             else:
                 hidden.append(c.forms[0][0])
-    return _Fitted(_table(plans, _DEFAULT_COLUMNS, forms), tuple(same), tuple(hidden))
+    return _Fitted(_table(plans, _DEFAULT_COLUMNS, forms, currency), tuple(same), tuple(hidden))
+
+
+def _in_currency(ps: PlanSet) -> tuple[PlanSet, str]:
+    """The plans with every amount in the job's display currency, and its code: for text only (the
+    JSON stays in US dollars, as its field names say)."""
+    m = money(ps.job)
+    if m.code == "USD":
+        return ps, "USD"
+
+    def one(p: Plan) -> Plan:
+        slack = {k: m.value(v) if k == "budget_usd" else v for k, v in p.slack.items()}
+        items = tuple(c.model_copy(update={"usd": round(m.value(c.usd), 2)}) for c in p.cost_items)
+        return p.model_copy(
+            update={
+                # The sum of the rounded items, so that they add up to the total here too.
+                "total_cost_usd": round(sum(c.usd for c in items), 2),
+                "price_usd_per_gpu_hour": m.value(p.price_usd_per_gpu_hour),
+                "cost_items": items,
+                "cost_at_confidence_usd": None
+                if p.cost_at_confidence_usd is None
+                else round(m.value(p.cost_at_confidence_usd), 2),
+                "rate_sensitivity": tuple(
+                    c.model_copy(update={"cost_usd": round(m.value(c.cost_usd), 2)}) for c in p.rate_sensitivity
+                ),
+                "slack": slack,
+            }
+        )
+
+    return ps.model_copy(update={"plans": [one(p) for p in ps.plans]}), m.code
 
 
 def render_plans(ps: PlanSet, wide: bool = False) -> None:
@@ -261,6 +294,7 @@ def render_plans(ps: PlanSet, wide: bool = False) -> None:
     """
     con = console()
     text_width = con.width if wide else min(con.width, TABLE_COLUMNS)
+    ps, cur = _in_currency(ps)
     job = ps.job
     model = _model_name(job)
     limits = []
@@ -286,13 +320,15 @@ def render_plans(ps: PlanSet, wide: bool = False) -> None:
             f"prices dated {ps.price_dates[0]} to {ps.price_dates[1]}"
         )
     )
+    if note := money(job).note():
+        say(plain(note))
     if wide:
-        t = _table(ps.plans, _WIDE_COLUMNS, {})
+        t = _table(ps.plans, _WIDE_COLUMNS, {}, cur)
         # Every column in full, even past the console's edge: a wide table is wrapped, never cut.
         con.width = max(con.width, _width(con, t))
         con.print(t)
     else:
-        fitted = _fit(con, ps.plans, text_width)
+        fitted = _fit(con, ps.plans, text_width, cur)
         con.print(fitted.table)
         if fitted.same:
             say(f"All plans: {', '.join(fitted.same)}.")
@@ -302,10 +338,10 @@ def render_plans(ps: PlanSet, wide: bool = False) -> None:
         say(f"  {p.rank}. {plain(p.why)}")
     best = ps.plans[0]
     items = ", ".join(f"{plain(c.name)} {c.usd:.2f}" for c in best.cost_items)
-    say(f"Plan 1 cost breakdown (USD): {items} = {best.total_cost_usd:.2f}")
+    say(f"Plan 1 cost breakdown ({cur}): {items} = {best.total_cost_usd:.2f}")
     if best.cost_at_confidence_usd is not None and job.budget_confidence is not None:
         say(
-            f"Plan 1 cost at {job.budget_confidence:.0%}: {best.cost_at_confidence_usd:.2f} USD "
+            f"Plan 1 cost at {job.budget_confidence:.0%}: {best.cost_at_confidence_usd:.2f} {cur} "
             "(the budget is judged on it; trials and failed attempts at their expected cost)"
         )
     tb = best.time
@@ -340,6 +376,10 @@ def render_infeasible(inf: Infeasibility) -> None:
 
 def render_explain(ps: PlanSet, p: Plan) -> None:
     con = console()
+    shown, cur = _in_currency(ps)
+    # The same plan, its amounts in the display currency.
+    p = next((c for c, q in zip(shown.plans, ps.plans, strict=True) if q is p), p)
+    ps = shown
     o = p.offer
     con.print(
         _heading(
@@ -391,10 +431,10 @@ def render_explain(ps: PlanSet, p: Plan) -> None:
         if case.rate_factor != 1.0:
             word = "half" if case.rate_factor < 1 else "double"
             con.print(
-                f"  at {word} the rate ({case.interruption_rate_per_hour:.3g}/h): cost {case.cost_usd:.2f} USD, "
+                f"  at {word} the rate ({case.interruption_rate_per_hour:.3g}/h): cost {case.cost_usd:.2f} {cur}, "
                 f"P(meet {target}) {case.meets_deadline:.1%}"
             )
-    con.print(_heading("Cost", " (USD)"))
+    con.print(_heading("Cost", f" ({cur})"))
     for c in p.cost_items:
         con.print(f"  {plain(c.name):20s} {c.usd:9.2f}  {plain(c.detail)}")
     con.print(f"  {'total':20s} {p.total_cost_usd:9.2f}")
@@ -427,6 +467,7 @@ def _md(value: object) -> str:
 
 def render_markdown(ps: PlanSet) -> str:
     """The plans as a Markdown table, with the reasons below it."""
+    ps, cur = _in_currency(ps)
     job = ps.job
     model = _md(_model_name(job))
     lines = [
@@ -435,7 +476,7 @@ def render_markdown(ps: PlanSet) -> str:
         + (f", budget {job.budget_usd:g} USD" if job.budget_usd else ""),
         "",
         "| # | offer | GPUs | method | precision | sharding | grad ckpt | market | mem/GPU GiB | free GiB | hours "
-        "| p-hours | cost USD |",
+        f"| p-hours | cost {cur} |",
         "|---|---|---:|---|---|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for p in ps.plans:

@@ -19,6 +19,7 @@ from ftsolve.solver._grid import CandidateTable, build_candidates
 from ftsolve.solver._items import item_specs, storage_source
 from ftsolve.solver._job import MARKETS, JobSpec
 from ftsolve.solver._memory import METHOD_NAMES, QUANT_NAMES, SHARD_NAMES
+from ftsolve.solver._money import money
 from ftsolve.solver._objectives import OBJECTIVES, objective_key, preference_terms
 from ftsolve.solver._plans import CostItem, MemoryBreakdown, Plan, PlanSet, RateCase, TimeBreakdown
 
@@ -278,7 +279,7 @@ def _why(
     if nxt is not None:
         d_cost = int(t.total_cents[nxt]) / 100 - cost_i
         d_h = float(t.expected_hours[nxt]) - hours_i
-        beats = f"; beats #{rank + 1} ({_label(t, nxt)}) by {d_cost:+.2f} USD, {d_h:+.1f} h"
+        beats = f"; beats #{rank + 1} ({_label(t, nxt)}) by {money(job)(d_cost, sign=True)}, {d_h:+.1f} h"
         if d_cost < 0:
             beats += _preferred(job, t, i, nxt)
     what = OBJECTIVES[job.objective].why(job)
@@ -297,7 +298,7 @@ def _why(
     d_h = hours_i - float(t.expected_hours[best])
     speed = f"{abs(d_h):.1f} h {'faster' if d_h < 0 else 'slower'}"
     what = ", ".join(diffs) or "another offer"
-    return f"{d_cost:+.2f} USD ({pct:+.0f}%) vs plan 1 with {what}; {speed}{beats}{tight}"
+    return f"{money(job)(d_cost, sign=True)} ({pct:+.0f}%) vs plan 1 with {what}; {speed}{beats}{tight}"
 
 
 def _preferred(job: JobSpec, t: CandidateTable, i: int, j: int) -> str:
@@ -333,12 +334,11 @@ def _failure(job: JobSpec, t: CandidateTable, rows: NDArray[np.int64]) -> str:
         ok = on_time[t.masks["budget"][on_time]]
         if ok.size == 0 and job.budget_usd is not None:
             j = on_time[np.argmin(t.total_cents[on_time])]
-            parts.append(f"with {name} it costs {int(t.total_cents[j]) / 100:.2f} USD, over the budget")
+            parts.append(f"with {name} it costs {money(job)(int(t.total_cents[j]) / 100)}, over the budget")
             continue
         j = ok[np.argmin(t.total_cents[ok])]
-        parts.append(
-            f"with {name} it is feasible at {int(t.total_cents[j]) / 100:.2f} USD, {float(t.expected_hours[j]):.1f} h"
-        )
+        cost, hours = money(job)(int(t.total_cents[j]) / 100), float(t.expected_hours[j])
+        parts.append(f"with {name} it is feasible at {cost}, {hours:.1f} h")
     return "; ".join(parts)
 
 
@@ -368,19 +368,17 @@ def rejected_options(job: JobSpec, t: CandidateTable, chosen: list[int]) -> tupl
         rows = np.nonzero(t.offer_idx == cheapest)[0]
         lines.append(
             f"{o.gpu} ({o.provider} {o.region}, "
-            f"{float(np.min(t.price_usd_per_gpu_hour[rows])):.2f} USD/GPU-h, "
+            f"{money(job)(float(np.min(t.price_usd_per_gpu_hour[rows])))}/GPU-h, "
             f"cheapest per hour): {_failure(job, t, rows)}"
         )
     runnable = np.nonzero(t.masks["compatibility"] & t.masks["quota"] & t.masks["memory"])[0]
+    m = money(job)
     if runnable.size:
         fastest = int(runnable[np.argmin(t.expected_hours[runnable])])
         if fastest not in chosen:
             reasons = [c for c in ("deadline", "budget") if not t.masks[c][fastest]]
-            why = (
-                f"fails {' and '.join(reasons)}"
-                if reasons
-                else f"costs {int(t.total_cents[fastest]) / 100:.2f} USD vs {int(t.total_cents[chosen[0]]) / 100:.2f}"
-            )
+            fast_usd, best_usd = int(t.total_cents[fastest]) / 100, int(t.total_cents[chosen[0]]) / 100
+            why = f"fails {' and '.join(reasons)}" if reasons else f"costs {m(fast_usd)} vs {m.value(best_usd):.2f}"
             lines.append(f"fastest option {_label(t, fastest)}: {float(t.expected_hours[fastest]):.1f} h, {why}")
     return tuple(lines)
 

@@ -16,6 +16,7 @@ from pydantic import (
 )
 
 from ftsolve._errors import InvalidJobSpec
+from ftsolve.catalog._currency import Currency
 from ftsolve.catalog._models import ModelArch
 from ftsolve.solver._memory import MemoryOptions
 from ftsolve.solver._stacks import Loss, StackName
@@ -309,6 +310,12 @@ class JobSpec(BaseModel):
         lt=1.0,
         title="Chance the budget holds",
         description="judge the budget at this quantile of the cost instead of its expected value",
+        json_schema_extra=_cli("policy"),
+    )
+    currency: Currency = Field(
+        default="USD",
+        title="Currency costs are shown in",
+        description="USD, EUR or GBP, converted at the newest bundled ECB rate (budgets you give stay in USD)",
         json_schema_extra=_cli("policy"),
     )
     objective: Literal["cost", "time", "weighted"] = Field(
