@@ -143,7 +143,53 @@ def skypilot_offers(path: Path, gpus: dict[str, GpuSpec], skipped: collections.C
     # market prices of unknown date estimated). Vast keeps no interruptible price: SpotPrice is 0.00
     # ("no bid price") in every version of catalogs/v8/vast/vms.csv read (commits 01b8cdd, 680a69b) and
     # in catalogs/v9/vast/vms.csv (a5be538), so the source has none to give.
-    return [with_overrides(o, SKYPILOT_OVERRIDES.get(o.provider, {})) for o in report.offers]
+    offers = [with_overrides(o, SKYPILOT_OVERRIDES.get(o.provider, {})) for o in report.offers]
+    return [vast_bid_estimate(o) for o in offers]
+
+
+# Vast.ai interruptible prices, estimated: SkyPilot's Vast catalog has no bid price, so each offer's
+# on-demand price is scaled by the marketplace's median interruptible/on-demand ratio for its GPU.
+# The medians are one value per offer (dph_total / num_gpus) over verified hosts with reliability >=
+# 0.95, the interruptible side being Vast's "bid" search, whose dph_total is the minimum bid plus
+# storage (a floor, not a clearing price). Snapshot 2026-08-07 22:07 UTC of Vast's offer search,
+# GhcFrank/investment-os@4101807717598ca6e8e7d4c20a6859e9a01c1c6b
+# data/market_data/gpu_cloud_market_history.csv (medians recomputed from the raw rows; they match the
+# repository's data/signals/gpu_cloud_market_signals.csv). Later snapshots return a capped result set.
+VAST_BID_SOURCE = (
+    "GhcFrank/investment-os@4101807 data/market_data/gpu_cloud_market_history.csv, Vast offer search "
+    "2026-08-07 22:07 UTC"
+)
+VAST_BID_RATIO: dict[str, tuple[float, float, int]] = {
+    # GPU: (median interruptible, median on-demand USD/GPU-h, offers on the interruptible side)
+    "rtx-4090": (0.3202, 0.3937, 99),
+    "rtx-5090": (0.3878, 0.5072, 119),
+    "a100-sxm-80gb": (0.6676, 1.0672, 20),
+    "a100-pcie-80gb": (0.6676, 1.0672, 20),  # Vast's "A100 80GB" search pools both form factors
+    "h100-sxm": (2.3699, 3.2161, 12),
+    "h100-pcie": (1.4681, 2.0011, 5),
+    "l40s": (0.5346, 0.8005, 18),
+}
+
+
+def vast_bid_estimate(offer: Offer) -> Offer:
+    """A Vast offer with an interruptible price estimated from the marketplace's bid/ask ratio."""
+    ratio = VAST_BID_RATIO.get(offer.gpu)
+    od = offer.on_demand_usd_per_gpu_hour
+    if offer.provider != "vast" or ratio is None or od is None or offer.interruptible_usd_per_gpu_hour:
+        return offer
+    bid, ask, n = ratio
+    note = (
+        f"interruptible = on-demand x {bid / ask:.3f}, the median minimum bid over the median ask of "
+        f"{offer.gpu} on Vast ({bid:g} / {ask:g} USD/GPU-h, {n} bid offers; {VAST_BID_SOURCE})"
+    )
+    return with_overrides(
+        offer,
+        {
+            "interruptible_usd_per_gpu_hour": round(od * bid / ask, 4),
+            "interruptible_price_kind": "estimate",
+            "notes": "; ".join(x for x in (offer.notes, note) if x),
+        },
+    )
 
 
 SKYPILOT_OVERRIDES: dict[str, dict[str, object]] = {
