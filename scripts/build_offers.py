@@ -26,6 +26,7 @@ from ftsolve.catalog._import import offers_to_csv, read_skypilot  # noqa: E402
 from ftsolve.catalog._load import _offer_from_row, hardware_gaps  # noqa: E402
 from ftsolve.catalog._models import PriceKind  # noqa: E402
 from ftsolve.catalog._names import resolve_gpu  # noqa: E402
+from ftsolve.catalog._skypilot_facts import SKYPILOT_NOTES, completed, skypilot_tier  # noqa: E402
 
 OUT = ROOT / "src/ftsolve/catalog/data/offers.csv"
 
@@ -115,17 +116,6 @@ def skypilot_offers(path: Path, gpus: dict[str, GpuSpec], skipped: collections.C
     def price_date(cloud: str) -> tuple[dt.date, bool]:
         return dt.date.fromisoformat(SKYPILOT_DATES.get(cloud, SKYPILOT_WINDOW_START)), cloud not in SKYPILOT_DATES
 
-    def tier(cloud: str, itype: str) -> str:
-        if cloud in ("shadeform", "primeintellect"):
-            return "via " + itype.split("__" if cloud == "primeintellect" else "_")[0]
-        return "on-demand/spot"
-
-    def notes(cloud: str) -> str:
-        return {
-            "seeweb": "currency likely EUR, stored as printed (SOURCES.md, unverified)",
-            "runpod": "SECURE tier; catalog spot equals on-demand, so no interruptible price",
-        }.get(cloud, "")
-
     report = read_skypilot(
         path.read_text(encoding="utf-8"),
         str(path.name),
@@ -134,81 +124,14 @@ def skypilot_offers(path: Path, gpus: dict[str, GpuSpec], skipped: collections.C
         price_date=price_date,
         source=lambda cloud: f"skypilot-org/skypilot-catalog catalogs/v8/{cloud}/vms.csv (see SOURCES.md)",
         country=country_of,
-        tier=tier,
-        notes=notes,
+        tier=skypilot_tier,
+        notes=lambda cloud: SKYPILOT_NOTES.get(cloud, ""),
         skip=lambda cloud: SKIP_CLOUDS.get(cloud, ""),
     )
     skipped.update(report.skipped)
-    # Price kinds come from the importer (skypilot_price_kinds: list prices, market prices observed,
-    # market prices of unknown date estimated). Vast keeps no interruptible price: SpotPrice is 0.00
-    # ("no bid price") in every version of catalogs/v8/vast/vms.csv read (commits 01b8cdd, 680a69b) and
-    # in catalogs/v9/vast/vms.csv (a5be538), so the source has none to give.
-    offers = [with_overrides(o, SKYPILOT_OVERRIDES.get(o.provider, {})) for o in report.offers]
-    return [vast_bid_estimate(o) for o in offers]
-
-
-# Vast.ai interruptible prices, estimated: SkyPilot's Vast catalog has no bid price, so each offer's
-# on-demand price is scaled by the marketplace's median interruptible/on-demand ratio for its GPU.
-# The medians are one value per offer (dph_total / num_gpus) over verified hosts with reliability >=
-# 0.95, the interruptible side being Vast's "bid" search, whose dph_total is the minimum bid plus
-# storage (a floor, not a clearing price). Snapshot 2026-08-07 22:07 UTC of Vast's offer search,
-# GhcFrank/investment-os@4101807717598ca6e8e7d4c20a6859e9a01c1c6b
-# data/market_data/gpu_cloud_market_history.csv (medians recomputed from the raw rows; they match the
-# repository's data/signals/gpu_cloud_market_signals.csv). Later snapshots return a capped result set.
-VAST_BID_SOURCE = (
-    "GhcFrank/investment-os@4101807 data/market_data/gpu_cloud_market_history.csv, Vast offer search "
-    "2026-08-07 22:07 UTC"
-)
-VAST_BID_RATIO: dict[str, tuple[float, float, int]] = {
-    # GPU: (median interruptible, median on-demand USD/GPU-h, offers on the interruptible side)
-    "rtx-4090": (0.3202, 0.3937, 99),
-    "rtx-5090": (0.3878, 0.5072, 119),
-    "a100-sxm-80gb": (0.6676, 1.0672, 20),
-    "a100-pcie-80gb": (0.6676, 1.0672, 20),  # Vast's "A100 80GB" search pools both form factors
-    "h100-sxm": (2.3699, 3.2161, 12),
-    "h100-pcie": (1.4681, 2.0011, 5),
-    "l40s": (0.5346, 0.8005, 18),
-}
-
-
-def vast_bid_estimate(offer: Offer) -> Offer:
-    """A Vast offer with an interruptible price estimated from the marketplace's bid/ask ratio."""
-    ratio = VAST_BID_RATIO.get(offer.gpu)
-    od = offer.on_demand_usd_per_gpu_hour
-    if offer.provider != "vast" or ratio is None or od is None or offer.interruptible_usd_per_gpu_hour:
-        return offer
-    bid, ask, n = ratio
-    note = (
-        f"interruptible = on-demand x {bid / ask:.3f}, the median minimum bid over the median ask of "
-        f"{offer.gpu} on Vast ({bid:g} / {ask:g} USD/GPU-h, {n} bid offers; {VAST_BID_SOURCE})"
-    )
-    return with_overrides(
-        offer,
-        {
-            "interruptible_usd_per_gpu_hour": round(od * bid / ask, 4),
-            "interruptible_price_kind": "estimate",
-            "notes": "; ".join(x for x in (offer.notes, note) if x),
-        },
-    )
-
-
-SKYPILOT_OVERRIDES: dict[str, dict[str, object]] = {
-    # Seeweb's catalog prices are probably EUR printed as USD (SOURCES.md): the USD figure is a guess.
-    "seeweb": {"price_kind": "estimate"},
-    "fluidstack": {
-        "launchable": False,
-        "not_launchable_reason": "region from SkyPilot's v9 catalog; the v8 catalog that SkyPilot releases read "
-        "has no Fluidstack file (SOURCES.md)",
-    },
-}
-
-
-def with_overrides(offer: Offer, update: dict[str, object]) -> Offer:
-    """The offer with some fields replaced, validated again (a seeweb row without a region is already
-    marked not launchable by the importer and keeps that)."""
-    if not update or (not offer.launchable and "launchable" in update):
-        return offer
-    return Offer.model_validate(offer.model_dump() | update)
+    # Price kinds come from the importer (skypilot_price_kinds); overrides and Vast's estimated
+    # interruptible prices from catalog._skypilot_facts, which `ftsolve catalog update` applies too.
+    return [completed(o) for o in report.offers]
 
 
 BILLING = {

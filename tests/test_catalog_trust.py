@@ -267,8 +267,9 @@ def test_bundled_vast_offers_carry_interruptible_prices_estimated_from_the_marke
     assert {o.gpu for o in priced} >= {"rtx-4090", "rtx-5090", "h100-sxm", "l40s"}
     for o in priced:
         assert o.interruptible_price_kind == "estimate" and "GhcFrank/investment-os@4101807" in o.notes
-        assert o.on_demand_usd_per_gpu_hour is not None
-        assert 0.5 < o.interruptible_usd_per_gpu_hour / o.on_demand_usd_per_gpu_hour < 0.9
+        od, spot = o.on_demand_usd_per_gpu_hour, o.interruptible_usd_per_gpu_hour
+        assert od is not None and spot is not None
+        assert 0.5 < spot / od < 0.9
     assert all(
         o.gpu
         in (

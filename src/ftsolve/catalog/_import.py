@@ -441,8 +441,12 @@ def formula_safe(value: object) -> object:
     return value
 
 
-def merge_into_user_catalog(new: list[Offer], gpus: Mapping[str, GpuSpec], path: Path | None = None) -> Path:
+def merge_into_user_catalog(
+    new: list[Offer], gpus: Mapping[str, GpuSpec], path: Path | None = None, *, keep_newer: bool = False
+) -> Path:
     """Merge offers into the user catalog (same key: the new offer wins) and write it atomically.
+    With `keep_newer`, a stored offer whose price is dated after the new one's stays (the newest
+    price wins: `catalog update` from an old local copy must not undo a later import).
 
     Read, merge and write run under an exclusive lock: without it, two concurrent imports each read
     the old catalog and the later write dropped the other's offers.
@@ -456,6 +460,9 @@ def merge_into_user_catalog(new: list[Offer], gpus: Mapping[str, GpuSpec], path:
         # Only a writer killed before its rename leaves these; under the lock none is in progress.
         cleanup_stale_temporaries(path)
         existing = read_user_offers(path, gpus).offers if path.exists() else []
+        if keep_newer:
+            dates = {o.key: o.price_date for o in existing}
+            new = [o for o in new if o.key not in dates or dates[o.key] <= o.price_date]
         keys = {o.key for o in new}
         write_atomically(path, offers_to_csv([o for o in existing if o.key not in keys] + new))
     return path

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
@@ -21,6 +24,7 @@ from ftsolve.catalog._import import (
 )
 from ftsolve.catalog._load import Catalog, deep_discounts, load_gpus, stale_offers
 from ftsolve.catalog._models import MAX_PLAUSIBLE_DISCOUNT, Offer, PriceKind, echo
+from ftsolve.catalog._update import DEFAULT_SOURCE, DEFAULT_TIMEOUT_S, SKYPILOT_PROVIDERS, FetchProgress, update_catalog
 from ftsolve.cli._common import console, errors, one_line, plain
 
 
@@ -57,14 +61,14 @@ def _warn_stale(offers: list[Offer], max_age_days: int) -> None:
         oldest = min(o.price_date for o in old)
         click.echo(
             f"warning: {len(old)} of {len(offers)} offers have prices older than {max_age_days} days "
-            f"(oldest {oldest}); refresh them with `ftsolve catalog import`",
+            f"(oldest {oldest}); refresh them with `ftsolve catalog update` or `ftsolve catalog import`",
             err=True,
         )
 
 
 @click.group("catalog")
 def catalog_group() -> None:
-    """Offers and GPUs: list, show, validate, import."""
+    """Offers and GPUs: list, show, validate, import, update."""
 
 
 @catalog_group.command("list")
@@ -255,10 +259,14 @@ def _discount_warnings(offers: list[Offer]) -> list[str]:
 
 
 def _skipped_text(report: ImportReport) -> str:
-    if not report.skipped:
+    return _skipped_rows(report.skipped)
+
+
+def _skipped_rows(skipped: Counter[str]) -> str:
+    if not skipped:
         return ""
-    top = ", ".join(f"{n} {reason}" for reason, n in report.skipped.most_common(4))
-    return f"; skipped {sum(report.skipped.values())} rows ({top})"
+    top = ", ".join(f"{n} {reason}" for reason, n in skipped.most_common(4))
+    return f"; skipped {sum(skipped.values())} rows ({top})"
 
 
 @catalog_group.command("import")
@@ -283,6 +291,86 @@ def catalog_import(path: Path, provider: str | None, price_date: str | None, dry
         return
     target = merge_into_user_catalog(report.offers, load_gpus())
     click.echo(f"imported {len(report.offers)} offers into {target}" + _skipped_text(report))
+
+
+@catalog_group.command("update")
+@click.option(
+    "--from",
+    "source",
+    metavar="URL_OR_PATH",
+    default=DEFAULT_SOURCE,
+    help="Base URL of SkyPilot's catalogs/v8/ files, or a local folder laid out like it (default: "
+    "skypilot-org/skypilot-catalog on GitHub).",
+)
+@click.option("--providers", metavar="LIST", help=f"Only these clouds (default all: {', '.join(SKYPILOT_PROVIDERS)}).")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for the server (to connect, and for each piece of data).",
+)
+@click.option("--dry-run", is_flag=True, help="Download and validate; write nothing.")
+@errors
+def catalog_update(source: str, providers: str | None, timeout_s: float, dry_run: bool) -> None:
+    """Refresh prices from SkyPilot's v8 catalog files (the only command that uses the network).
+
+    Each provider's <provider>/vms.csv is downloaded, validated and merged into the user catalog in
+    one atomic write, its prices dated with the fetch date and sourced with the file's URL. A
+    provider without a file there is reported and skipped; any other failure writes nothing.
+    """
+    with _download_progress() as progress:
+        report = update_catalog(
+            source,
+            providers=providers.split(",") if providers is not None else None,
+            timeout_s=timeout_s,
+            dry_run=dry_run,
+            progress=progress,
+        )
+    for p in report.providers:
+        if p.missing:
+            click.echo(f"warning: {p.provider}: no file at {one_line(p.location)}; skipped", err=True)
+        for w in p.warnings:
+            click.echo(f"warning: {p.provider}: {one_line(w)}", err=True)
+    for p in report.providers:
+        if not p.missing:
+            click.echo(f"{p.provider}: {p.offers} offers" + _skipped_rows(Counter(p.skipped)))
+    dates = sorted({o.price_date for o in report.offers})
+    dated = f"prices dated {dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "")
+    if any(o.price_date_estimated for o in report.offers):
+        dated += " (the files' modification dates, estimated)"
+    found = len(report.providers) - len(report.missing)
+    what = f"{len(report.offers)} offers from {found} provider{'s' if found > 1 else ''}"
+    if report.path is None:
+        click.echo(f"would update {what}; {dated}")
+    else:
+        click.echo(f"updated {what} into {report.path}; {dated}")
+
+
+@contextlib.contextmanager
+def _download_progress() -> Iterator[Callable[[FetchProgress], None] | None]:
+    """A progress bar on stderr while files download, only when stderr is a terminal."""
+    err = console(stderr=True)
+    if not err.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TransferSpeedColumn
+
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        tasks: dict[int, TaskID] = {}
+
+        def show(step: FetchProgress) -> None:
+            # One bar per file: updating a bar's total to None (size not known yet) keeps the old one.
+            if step.index not in tasks:
+                for done in tasks.values():
+                    bar.remove_task(done)
+                tasks.clear()
+                tasks[step.index] = bar.add_task(f"{step.index}/{step.count} {step.provider}", total=None)
+            bar.update(tasks[step.index], completed=step.done_bytes, total=step.total_bytes)
+
+        yield show
 
 
 @click.group("models")
