@@ -227,7 +227,7 @@ def test_every_provider_of_the_bundled_snapshot_updates_onto_the_same_keys(home:
         assert all(o.country == old[k].country for k, o in new.items()), cloud
     seeweb = [o for o in report.offers if o.provider == "seeweb"]
     assert seeweb and {o.price_kind for o in seeweb} == {"estimate"}  # a EUR price printed as USD, still
-    assert all("currency likely EUR" in o.notes for o in seeweb)
+    assert all("likely EUR" in o.notes and o.currency == "EUR" and o.usd_per_unit for o in seeweb)
     # Vast's file has no bid price: the refreshed offers get the bundled ones' estimate.
     old_vast = {o.key: o for o in bundled if o.provider == "vast"}
     new_vast = [o for o in report.offers if o.provider == "vast"]

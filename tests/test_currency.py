@@ -10,6 +10,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
+import ftsolve
 from ftsolve import CatalogError
 from ftsolve.catalog import Offer, load_gpus, parse_offers, rate_on
 from ftsolve.cli import cli
@@ -66,3 +67,10 @@ def test_plans_shown_in_euros_cost_the_same_in_dollars() -> None:
     # The JSON keeps dollars whatever the display currency.
     same = json.loads(runner.invoke(cli, [*args, "--json", "--currency", "EUR"]).output)
     assert [p["total_cost_usd"] for p in same["plans"]] == [p["total_cost_usd"] for p in usd["plans"]]
+
+
+def test_bundled_seeweb_prices_are_read_as_euros_and_converted() -> None:
+    seeweb = [o for o in ftsolve.load_catalog(user=False).offers if o.provider == "seeweb"]
+    assert seeweb and all(o.currency == "EUR" and o.price_kind == "estimate" for o in seeweb)
+    for o in seeweb:
+        assert o.usd_per_unit == pytest.approx(rate_on("EUR", o.price_date).usd_per_unit)

@@ -71,6 +71,8 @@ WRITE_COLUMNS = (
     "price_date_estimated",
     "source",
     "notes",
+    "currency",
+    "usd_per_unit",
 )
 
 

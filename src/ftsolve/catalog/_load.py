@@ -42,6 +42,7 @@ _OPTIONAL_OFFER_COLUMNS = (
     "launchable",
     "not_launchable_reason",
     "currency",
+    "usd_per_unit",
 )
 
 
@@ -241,6 +242,8 @@ def _offer_from_row(row: Mapping[str, str | None], where: str, gpus: Mapping[str
         "not_launchable_reason": get("not_launchable_reason"),
         # Prices in the row's currency (USD unless stated): Offer converts them at the price date's rate.
         "currency": get("currency").upper() or "USD",
+        # Written with the converted prices: present, the prices are already in US dollars.
+        "usd_per_unit": get("usd_per_unit") or None,
     }
     # Numbers go to Offer as text: its validators parse them and refuse inf, nan and fractions.
     data |= {col: get(col) or None for col in _NUMBER_COLUMNS}

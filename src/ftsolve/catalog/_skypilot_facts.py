@@ -12,12 +12,13 @@ from ftsolve.catalog._models import Offer
 BROKER_SEPARATORS = {"shadeform": "_", "primeintellect": "__"}
 _TIERS = {"azure": "pay-as-you-go/spot"}  # the bundled Azure offers' tier (extra_gpu_prices.csv)
 SKYPILOT_NOTES = {
-    "seeweb": "currency likely EUR, stored as printed (SOURCES.md, unverified)",
+    "seeweb": "prices read as EUR (the catalog prints them without a currency; likely EUR for this Italian "
+    "provider, SOURCES.md, unverified) and converted at the ECB rate of the price date",
     "runpod": "SECURE tier; catalog spot equals on-demand, so no interruptible price",
 }
 SKYPILOT_OVERRIDES: dict[str, dict[str, object]] = {
-    # Seeweb's catalog prices are probably EUR printed as USD (SOURCES.md): the USD figure is a guess.
-    "seeweb": {"price_kind": "estimate"},
+    # Seeweb's catalog prices are probably EUR printed as USD (SOURCES.md): converted, and an estimate.
+    "seeweb": {"price_kind": "estimate", "currency": "EUR"},
     "fluidstack": {
         "launchable": False,
         "not_launchable_reason": "region from SkyPilot's v9 catalog; the v8 catalog that SkyPilot releases read "
