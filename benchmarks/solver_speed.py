@@ -1,21 +1,27 @@
 """Solver speed: candidate-table build time, engine time and peak memory, per catalog size.
 
-    python benchmarks/solver_speed.py [--sizes 1000,10000,100000] [--repeat 3]
+    python benchmarks/solver_speed.py [--sizes 1000,10000,100000] [--repeat 3] [--cli-runs 5]
 
-Prints one row per (catalog, engine). Times are the best of `--repeat` warm runs (the bundled
-catalog's library-call target uses the median of 30); peak memory
-is Python-level (tracemalloc) during one build + solve. Then the end-to-end wall time of the
-README's `ftsolve plan` command (a fresh process: import, catalog load, plan, render) and the
-issue 6 targets next to what was measured.
+Prints one row per (catalog, engine). Times are the best of `--repeat` warm runs; peak memory is
+Python-level (tracemalloc) during one build + solve. Then the issue 6 and 18 targets: the median
+of 30 warm library calls on the bundled catalog for the README's feasible plan and its infeasible
+job (with the full explanation, and the issue's 70B job beside it), and the median wall time of
+`ftsolve plan`, `ftsolve pareto` and an infeasible `ftsolve plan`, each a fresh process (import,
+catalog load, plan, render), with its ratio to `plan` in the same run. The CLI is timed twice:
+as the shell runs it (with PYTHONDONTWRITEBYTECODE=1 and no __pycache__, ftsolve's modules are
+compiled on every run) and with bytecode cached, as an installed package runs (the cache goes to
+a temporary PYTHONPYCACHEPREFIX, never into the source tree). Then campaigns of 3, 10 and 30 runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -70,8 +76,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cli-runs", type=int, default=5)
     args = ap.parse_args()
-    job = JobSpec(model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, deadline_hours=24, budget_usd=300)
+    job = README_JOB
     t0 = time.perf_counter()
     base = ftsolve.load_catalog()
     load_s = time.perf_counter() - t0
@@ -102,25 +109,94 @@ def main() -> None:
                 f"{solve_s * 1000:9.2f} {total_s * 1000:9.1f} {peak:9.1f} {solve_s / scan_solve:10.1f}"
             )
             measured[f"{name} {engine}"] = total_s
-    cli = _cli_seconds(args.repeat)
-    # The warm library call is judged by its median over many calls, not a lucky best one.
-    warm = timings(WARM_CALLS, ftsolve.plan, job, base)
-    print(
-        f"\nwarm ftsolve.plan on the bundled catalog, {WARM_CALLS} calls: best {warm[0] * 1000:.1f} ms, "
-        f"median {warm[len(warm) // 2] * 1000:.1f} ms, worst {warm[-1] * 1000:.1f} ms"
-    )
+    _library_rows(base)
+    _cli_rows(args.cli_runs)
     print(f"\n{'target (issue 6)':45s} measured    limit  met")
-    rows = [
-        ("library call, bundled catalog, warm (median)", warm[len(warm) // 2], 0.05),
-        ("100k offers, scan engine", measured.get("synthetic 100000 scan"), 1.0),
-        ("`ftsolve plan` end to end", cli, 1.0),
-    ]
-    for label, value, limit in rows:
+    for label, value, limit in (("100k offers, scan engine", measured.get("synthetic 100000 scan"), 1.0),):
         if value is None:
             print(f"{label:45s} {'not run':>9s} {limit * 1000:6.0f} ms")
             continue
         print(f"{label:45s} {value * 1000:6.0f} ms {limit * 1000:5.0f} ms  {'yes' if value < limit else 'NO'}")
     _campaign_rows(base)
+
+
+README_JOB = JobSpec(model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, deadline_hours=24, budget_usd=300)
+README_INFEASIBLE = README_JOB.model_copy(update={"budget_usd": 1.0})
+# The issue 18 job: no single change suffices; the explanation gives the frontier and a joint change.
+JOB_70B = JobSpec(model="llama-3.1-70b", train_tokens=500_000_000, seq_len=4096, deadline_hours=2, budget_usd=50)
+
+
+def _infeasible(job: JobSpec, catalog: Catalog) -> None:
+    try:
+        ftsolve.plan(job, catalog)
+    except ftsolve.NoFeasiblePlan as exc:
+        assert exc.infeasibility.relaxations  # the full explanation, with numbers
+        return
+    raise AssertionError("the job was meant to be infeasible")
+
+
+def _library_rows(base: Catalog) -> None:
+    """Median, best and worst of WARM_CALLS warm library calls on the bundled catalog."""
+    calls: list[tuple[str, Callable[[], object], float]] = [
+        ("feasible plan (README job, budget 300)", lambda: ftsolve.plan(README_JOB, base), 0.025),
+        ("infeasible + explanation (README, budget 1)", lambda: _infeasible(README_INFEASIBLE, base), 0.1),
+        ("infeasible + explanation (70B, 2 h, 50 USD)", lambda: _infeasible(JOB_70B, base), 0.1),
+    ]
+    print(f"\nwarm library calls on the bundled catalog, {WARM_CALLS} each (issue 18 targets on the median)")
+    print(f"{'call':45s} {'best':>7s} {'median':>7s} {'worst':>7s} {'target':>7s}  met")
+    for label, fn, limit in calls:
+        fn()  # warm
+        t = timings(WARM_CALLS, fn)
+        med = t[len(t) // 2]
+        print(
+            f"{label:45s} {t[0] * 1000:4.0f} ms {med * 1000:4.0f} ms {t[-1] * 1000:4.0f} ms {limit * 1000:4.0f} ms"
+            f"  {'yes' if med <= limit else 'NO'}"
+        )
+
+
+README_ARGS = ["--model", "llama-3.1-8b", "--seq-len", "2048", "--deadline", "24h"]
+CLI_COMMANDS: list[tuple[str, list[str]]] = [
+    ("plan", ["plan", *README_ARGS, "--tokens", "50M", "--budget", "300"]),
+    ("pareto", ["pareto", "--model", "llama-3.1-8b", "--tokens", "200M", "--seq-len", "2048"]),
+    ("plan, infeasible", ["plan", *README_ARGS, "--tokens", "50M", "--budget", "1"]),
+]
+CLI_LIMIT_S = 0.8
+
+
+def _cli_rows(runs: int) -> None:
+    """Each command's median wall time over `runs` fresh processes, interleaved so that a slower
+    moment of the machine weighs on every command alike; the ratio to `plan` in the same mode."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        as_is = "ftsolve compiled on every run" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "as this shell runs"
+        modes = [(as_is, dict(os.environ)), ("bytecode cached, as installed", {**env, "PYTHONPYCACHEPREFIX": cache})]
+        for mode, mode_env in modes:
+            for _, args in CLI_COMMANDS:  # the first run of each writes the cache (and warms the disk)
+                _cli_once(args, mode_env)
+            times: dict[str, list[float]] = {name: [] for name, _ in CLI_COMMANDS}
+            for _ in range(runs):
+                for name, args in CLI_COMMANDS:
+                    times[name].append(_cli_once(args, mode_env))
+            medians = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+            print(f"\nCLI end to end, {mode}: median of {runs} fresh processes (issue 18 target {CLI_LIMIT_S} s)")
+            print(f"{'command':20s} {'median':>8s} {'best':>8s} {'vs plan':>8s}  met")
+            for name, _ in CLI_COMMANDS:
+                med = medians[name]
+                print(
+                    f"{name:20s} {med:6.2f} s {min(times[name]):6.2f} s {med / medians['plan']:7.2f}x"
+                    f"  {'yes' if med <= CLI_LIMIT_S else 'NO'}"
+                )
+
+
+def _cli_once(args: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "ftsolve", *args], capture_output=True, stdin=subprocess.DEVNULL, env=env
+    )
+    elapsed = time.perf_counter() - t0
+    if done.returncode not in (0, 1):  # 1: no feasible plan, explained
+        raise RuntimeError(f"ftsolve {' '.join(args)} exited {done.returncode}: {done.stderr.decode()[-500:]}")
+    return elapsed
 
 
 def campaign_of(n_runs: int) -> ftsolve.Campaign:
@@ -152,18 +228,6 @@ def _campaign_rows(base: Catalog) -> None:
             f"{n:3d} runs   {result.status:9s} {gap:>7s} {result.solve_seconds:8.2f} "
             f"{result.total_cost_usd or 0:10.2f} {result.finish_hours or 0:9.1f}  {'yes' if met else 'NO'}"
         )
-
-
-def _cli_seconds(repeat: int) -> float:
-    """Best wall time of the README's plan command in a fresh interpreter."""
-    cmd = [sys.executable, "-m", "ftsolve", "plan", "--model", "llama-3.1-8b", "--tokens", "50M", "--seq-len", "2048"]
-    cmd += ["--deadline", "24h", "--budget", "300"]
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True, stdin=subprocess.DEVNULL)
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 if __name__ == "__main__":

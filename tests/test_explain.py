@@ -273,3 +273,19 @@ def test_caps_that_contradict_each_other_are_named() -> None:
     with pytest.raises(NoFeasiblePlan) as err:
         ftsolve.plan(job)
     assert any("max_gpus 32 cannot be reached" in n for n in err.value.infeasibility.notes)
+
+
+def test_a_joint_change_quotes_the_budget_at_the_jobs_confidence() -> None:
+    # The budget is judged on the cost at its confidence: the joint change asks for that much, and
+    # re-planning with it yields the quoted plan (asking for the expected cost found no plan).
+    job = JobSpec(
+        model="llama-3.1-70b", train_tokens=500_000_000, seq_len=4096, deadline_hours=2, budget_usd=50,
+        budget_confidence=0.9,
+    )  # fmt: skip
+    cat = ftsolve.load_catalog()
+    with pytest.raises(NoFeasiblePlan) as err:
+        ftsolve.plan(job, cat)
+    (joint,) = err.value.infeasibility.relaxations
+    best = ftsolve.plan(job.model_copy(update=joint.updates), cat, top=1).plans[0]
+    assert best.total_cost_usd == pytest.approx(joint.plan_cost_usd)
+    assert best.cost_at_confidence_usd == pytest.approx(joint.updates["budget_usd"])

@@ -8,10 +8,11 @@ a table row. Styles are given as `style=` or `Text` spans, never as markup insid
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from functools import wraps
 from typing import NoReturn, ParamSpec, TypeVar
 
@@ -94,3 +95,32 @@ def errors(fn: Callable[P, R]) -> Callable[P, R]:
             _fail(_too_large(exc), 2)
 
     return wrapper
+
+
+class LazyCommands(MutableMapping[str, click.Command]):
+    """A group's commands, some given as "module:attribute" and imported when first looked up
+    (running or listing one). A command the CLI does not run costs no start-up time."""
+
+    def __init__(self, loaded: Mapping[str, click.Command], lazy: Mapping[str, str]) -> None:
+        self._loaded = dict(loaded)
+        self._lazy = {name: where for name, where in lazy.items() if name not in self._loaded}
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name in self._lazy:
+            module, attribute = self._lazy.pop(name).split(":")
+            self._loaded[name] = getattr(importlib.import_module(module), attribute)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._lazy.pop(name, None)
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        if self._lazy.pop(name, None) is None:
+            del self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*self._loaded, *self._lazy])
+
+    def __len__(self) -> int:
+        return len(self._loaded) + len(self._lazy)

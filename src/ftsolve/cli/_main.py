@@ -13,12 +13,8 @@ from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan, UnsafeOutput
 from ftsolve._exports import EXPORTERS, export_files, render_export
 from ftsolve._files import write_atomically
 from ftsolve.catalog import load_catalog
-from ftsolve.cli._campaign import campaign_cmd
-from ftsolve.cli._catalog import catalog_group, models_group
-from ftsolve.cli._common import errors, one_line, plain
-from ftsolve.cli._estimate import estimate_group
+from ftsolve.cli._common import LazyCommands, errors, one_line, plain
 from ftsolve.cli._options import GroupedCommand, job_from_options, job_options
-from ftsolve.cli._probe import calibrate_cmd, probe_cmd
 from ftsolve.cli._render import (
     progress_bar,
     render_compare,
@@ -32,6 +28,16 @@ from ftsolve.cli._render import (
 from ftsolve.solver import Infeasibility, JobSpec, PlanSet, plan
 from ftsolve.solver._campaign import campaign_schema
 from ftsolve.solver._sweeps import compare, pareto
+
+# Command name -> "module:attribute" of the commands imported on first use.
+LAZY_COMMANDS = {
+    "catalog": "ftsolve.cli._catalog:catalog_group",
+    "models": "ftsolve.cli._catalog:models_group",
+    "estimate": "ftsolve.cli._estimate:estimate_group",
+    "campaign": "ftsolve.cli._campaign:campaign_cmd",
+    "probe": "ftsolve.cli._probe:probe_cmd",
+    "calibrate": "ftsolve.cli._probe:calibrate_cmd",
+}
 
 
 def _plans_or_exit(o: dict[str, Any], top: int, within: float | None) -> PlanSet:
@@ -64,7 +70,14 @@ def _warn_stale(result: PlanSet, max_age_days: int) -> None:
 
 
 class OneLineErrorGroup(click.Group):
-    """click prints a usage error on three lines (usage, hint, error); ftsolve's errors are one."""
+    """click prints a usage error on three lines (usage, hint, error); ftsolve's errors are one.
+
+    The commands outside planning (catalog, models, estimate, campaign, probe, calibrate) are
+    imported when first named: `ftsolve plan` never loads them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = LazyCommands(self.commands, LAZY_COMMANDS)
 
     def main(  # type: ignore[override]
         self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any
@@ -85,9 +98,7 @@ class OneLineErrorGroup(click.Group):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-@click.group(
-    cls=OneLineErrorGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
-)
+@click.group(cls=OneLineErrorGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="ftsolve")
 def cli() -> None:
     """Plan LLM fine-tuning on rented GPUs: what to rent, how to train, what it really costs."""
@@ -225,14 +236,6 @@ def pareto_cmd(sweep: str, points: int, plot: Path | None, **o: Any) -> None:
     if plot is not None:
         write_plot(plot, frontier, job)
         click.echo(f"wrote {plot}")
-
-
-cli.add_command(catalog_group)
-cli.add_command(estimate_group)
-cli.add_command(models_group)
-cli.add_command(campaign_cmd)
-cli.add_command(probe_cmd)
-cli.add_command(calibrate_cmd)
 
 
 def main() -> None:

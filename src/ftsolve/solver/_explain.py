@@ -12,13 +12,15 @@ Every quoted relaxation is verified by re-planning with its `updates`: a user wh
 gets the quoted plan. Searches that cannot help are skipped: a recipe change moves memory, so it
 is tried only where some candidate fails on memory alone; more GPUs help memory and time, so
 the cap is searched only where one of those blocks, in one wide table rather than by doubling.
+
+Re-planning is incremental with lower bounds (_replan.py): a changed job is scored before
+pricing, and only the offers where some candidate's GPU-hours at the cheapest price (and its
+hours) are within the limits are priced; a branch that cannot keep them ends unpriced.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable
 from itertools import combinations
 
 import numpy as np
@@ -28,19 +30,17 @@ from ftsolve.solver import _constraints
 from ftsolve.solver._grid import CandidateTable
 from ftsolve.solver._job import MARKETS, METHODS, JobSpec
 from ftsolve.solver._objectives import best_row
+from ftsolve.solver._pipeline import least_hours_and_usd
 from ftsolve.solver._plans import Extreme, Infeasibility, JobValue, Relaxation
+from ftsolve.solver._replan import Rebuild, Replan, Updates, within_limits
 
-Rebuild = Callable[[JobSpec], CandidateTable]
-Updates = dict[str, JobValue]
 B = NDArray[np.bool_]
 
 # The widest caps the diagnosis searches: beyond them a fine-tune is a different project.
 WIDE_MAX_GPUS = 1024
 WIDE_MAX_NODES = 128
 LIMITS = ("deadline", "budget")
-# Job fields that change which candidates pass, not what any candidate costs or takes (the
-# deadline does change prices: it sets the fallback's interruptible share).
-PRICE_NEUTRAL = {"budget_usd", "gpu_quota"}
+
 
 def minimal_conflicts(table: CandidateTable) -> list[tuple[str, ...]]:
     """All minimal sets of constraints that no candidate satisfies together (exact, 2^k masks)."""
@@ -56,38 +56,25 @@ def minimal_conflicts(table: CandidateTable) -> list[tuple[str, ...]]:
     return found
 
 
-class _Search:
-    """Re-plans the job with some fields changed; each changed job's table is built once."""
+def _relax(
+    search: Replan, constraint: str, change: str, updates: Updates, value: float | None = None
+) -> Relaxation | None:
+    """The relaxation, with the plan re-planning yields, or None when it yields none."""
+    found = search.best(updates)
+    return None if found is None else _relaxation(constraint, change, updates, found[1], found[2], value)
 
-    def __init__(self, job: JobSpec, table: CandidateTable, rebuild: Rebuild) -> None:
-        self.job = job
-        self.rebuild = rebuild
-        self.tables: dict[str, tuple[JobSpec, CandidateTable]] = {"{}": (job, table)}
 
-    def table(self, updates: Updates) -> tuple[JobSpec, CandidateTable]:
-        key = repr(sorted(updates.items()))
-        if key not in self.tables:
-            trial = self.job.model_copy(update=updates)
-            if set(updates) <= PRICE_NEUTRAL:  # the same candidates and prices; only the masks change
-                self.tables[key] = (trial, dataclasses.replace(self.tables["{}"][1], job=trial))
-            else:
-                self.tables[key] = (trial, self.rebuild(trial))
-        return self.tables[key]
-
-    def relax(self, constraint: str, change: str, updates: Updates, value: float | None = None) -> Relaxation | None:
-        """The relaxation, with the plan re-planning yields, or None when it yields none."""
-        trial, t = self.table(updates)
-        i = best_row(trial, t)
-        if i is None:
-            return None
-        return Relaxation(
-            constraint=constraint,
-            change=change,
-            value=value,
-            plan_cost_usd=int(t.total_cents[i]) / 100,
-            plan_hours=round(float(t.quantile_hours[i]), 3),
-            updates=updates,
-        )
+def _relaxation(
+    constraint: str, change: str, updates: Updates, t: CandidateTable, i: int, value: float | None = None
+) -> Relaxation:
+    return Relaxation(
+        constraint=constraint,
+        change=change,
+        value=value,
+        plan_cost_usd=int(t.total_cents[i]) / 100,
+        plan_hours=round(float(t.quantile_hours[i]), 3),
+        updates=updates,
+    )
 
 
 def diagnose(job: JobSpec, table: CandidateTable, rebuild: Rebuild) -> Infeasibility:
@@ -95,7 +82,7 @@ def diagnose(job: JobSpec, table: CandidateTable, rebuild: Rebuild) -> Infeasibi
     if len(table) == 0:
         return _empty_scope(job, table)
     conflicts = minimal_conflicts(table)
-    search = _Search(job, table, rebuild)
+    search = Replan(job, table, rebuild)
     relaxations = [
         *_limit_relaxations(job, table, search),
         *_recipe_relaxations(job, table, search),
@@ -116,7 +103,7 @@ def diagnose(job: JobSpec, table: CandidateTable, rebuild: Rebuild) -> Infeasibi
     )
 
 
-def _limit_relaxations(job: JobSpec, table: CandidateTable, search: _Search) -> list[Relaxation]:
+def _limit_relaxations(job: JobSpec, table: CandidateTable, search: Replan) -> list[Relaxation]:
     """Each constraint's own relaxation (deadline, budget, quotas): the least change that lets
     some candidate through, verified."""
     out = []
@@ -124,7 +111,7 @@ def _limit_relaxations(job: JobSpec, table: CandidateTable, search: _Search) -> 
         proposal = c.relax(job, table) if c.relax is not None else None
         if proposal is not None:
             change, updates, value = proposal
-            found = search.relax(c.name, change, updates, value)
+            found = _relax(search, c.name, change, updates, value)
             out += [found] if found is not None else []
     return out
 
@@ -147,35 +134,33 @@ def _recipe_changes(job: JobSpec) -> list[tuple[str, JobValue, str]]:
     return out
 
 
-def _recipe_relaxations(job: JobSpec, table: CandidateTable, search: _Search) -> list[Relaxation]:
-    """Recipe settings alone, else the fewest of them together (one rebuild per trial)."""
+def _recipe_relaxations(job: JobSpec, table: CandidateTable, search: Replan) -> list[Relaxation]:
+    """Recipe settings alone, else the fewest of them together (one re-plan per trial)."""
     if not (~table.masks["memory"] & _within_limits_bound(job, table)).any():
         return []  # no candidate held back by memory could keep the limits: saving memory cannot help
     changes = _recipe_changes(job)
-    found = [r for f, v, words in changes if (r := search.relax("recipe", f"use {words}", {f: v})) is not None]
+    found = [r for f, v, words in changes if (r := _relax(search, "recipe", f"use {words}", {f: v})) is not None]
     if found or not changes:
         return found
     bundle = {f: (v, words) for f, v, words in changes}  # one value per field: the later, leaner one
-    if search.relax("recipe", "", {f: v for f, (v, _) in bundle.items()}) is None:
+    if _relax(search, "recipe", "", {f: v for f, (v, _) in bundle.items()}) is None:
         return []
     for field in list(bundle):  # drop what the others do not need
         rest = {f: x for f, x in bundle.items() if f != field}
-        if rest and search.relax("recipe", "", {f: v for f, (v, _) in rest.items()}) is not None:
+        if rest and _relax(search, "recipe", "", {f: v for f, (v, _) in rest.items()}) is not None:
             bundle = rest
     words = " + ".join(w for _, w in bundle.values())
-    joint = search.relax("recipe", f"use {words}", {f: v for f, (v, _) in bundle.items()})
+    joint = _relax(search, "recipe", f"use {words}", {f: v for f, (v, _) in bundle.items()})
     return [joint] if joint is not None else []
 
 
-def _hardware_relaxations(job: JobSpec, conflicts: list[tuple[str, ...]], search: _Search) -> list[Relaxation]:
+def _hardware_relaxations(job: JobSpec, conflicts: list[tuple[str, ...]], search: Replan) -> list[Relaxation]:
     """Methods, markets, the GPU cap, quotas and scope filters, one at a time."""
     trials: list[tuple[str, str, Updates]] = [
         ("methods", f"allow {m}", {"methods": (*job.methods, m)}) for m in METHODS if m not in job.methods
     ]
-    trials += [
-        ("markets", f"allow {m}", {"markets": (*job.markets, m)}) for m in MARKETS[:2] if m not in job.markets
-    ]
-    out = [r for c, change, u in trials if (r := search.relax(c, change, u)) is not None]
+    trials += [("markets", f"allow {m}", {"markets": (*job.markets, m)}) for m in MARKETS[:2] if m not in job.markets]
+    out = [r for c, change, u in trials if (r := _relax(search, c, change, u)) is not None]
     cap = _cap_relaxation(job, conflicts, search)
     out += [cap] if cap is not None else []
     drops: list[tuple[str, str, Updates]] = [
@@ -185,7 +170,7 @@ def _hardware_relaxations(job: JobSpec, conflicts: list[tuple[str, ...]], search
     for constraint, change, updates in drops:
         field = next(iter(updates))
         if getattr(job, field) not in (None, False):
-            found = search.relax(constraint, change, updates)
+            found = _relax(search, constraint, change, updates)
             out += [found] if found is not None else []
     return out
 
@@ -195,16 +180,17 @@ def _wide(job: JobSpec) -> Updates:
 
 
 def _within_limits_bound(job: JobSpec, table: CandidateTable) -> B:
-    """Candidates whose bare training (hours, and GPU-hours times the price) is within the
-    deadline and the budget: a lower bound on what any plan on them takes. Computed for every
-    candidate, also those whose memory fails and which are therefore not priced in full."""
-    ok = table.masks["compatibility"] & table.masks["quota"]
-    if job.deadline_hours is not None:
-        ok = ok & (table.train_hours <= job.deadline_hours)
-    if job.budget_usd is not None:
-        training_usd = table.train_hours * table.n_gpus * table.price_usd_per_gpu_hour
-        ok = ok & (training_usd <= job.budget_usd)
-    return ok
+    """Candidates that run on the hardware and within the quotas and whose bare training (its
+    hours, and its GPU-hours at the cheaper price its market may pay) keeps the limits. Computed
+    for every candidate, also those whose memory fails and which are therefore not priced: their
+    hours are at a micro-batch of one, so the start-up is left out, and a recipe that frees memory
+    may still train them faster. A gate, not a bound: what it lets through is re-planned."""
+    arr, o = table.offer_arrays, table.offer_idx
+    bare = least_hours_and_usd(
+        np.zeros(len(table)), table.train_hours, table.n_gpus, table.market, arr.on_demand[o], arr.interruptible[o]
+    )
+    out: B = table.masks["compatibility"] & table.masks["quota"] & within_limits(job, *bare)
+    return out
 
 
 def _more_gpus_may_help(job: JobSpec, conflicts: list[tuple[str, ...]], table: CandidateTable) -> bool:
@@ -220,13 +206,15 @@ def _more_gpus_may_help(job: JobSpec, conflicts: list[tuple[str, ...]], table: C
     return bool(ok.any())
 
 
-def _cap_relaxation(job: JobSpec, conflicts: list[tuple[str, ...]], search: _Search) -> Relaxation | None:
+def _cap_relaxation(job: JobSpec, conflicts: list[tuple[str, ...]], search: Replan) -> Relaxation | None:
     """The fewest GPUs (then nodes) that yield a plan, read off one table with the widest caps."""
-    if not _more_gpus_may_help(job, conflicts, search.tables["{}"][1]):
+    if not _more_gpus_may_help(job, conflicts, search.base):
         return None
     if _wide(job) == {"max_gpus": job.max_gpus, "max_nodes": job.max_nodes}:
         return None
-    _, wide = search.table(_wide(job))
+    _, wide = search.within_reach(_wide(job))
+    if wide is None:
+        return None
     rows = np.flatnonzero(wide.feasible())
     if rows.size == 0:
         return None
@@ -237,11 +225,14 @@ def _cap_relaxation(job: JobSpec, conflicts: list[tuple[str, ...]], search: _Sea
     if nodes > job.max_nodes:
         updates["max_nodes"] = nodes
         change += f" and max_nodes >= {nodes}"
-    return search.relax("max_gpus", change, updates, float(n))
+    # The job with these caps has the wide table's candidates within them, with the same figures.
+    trial = job.model_copy(update=updates)
+    i = best_row(trial, wide, (wide.n_gpus <= n) & (wide.nodes <= trial.max_nodes))
+    return None if i is None else _relaxation("max_gpus", change, updates, wide, i, float(n))
 
 
 def _frontier_and_joint(
-    job: JobSpec, conflicts: list[tuple[str, ...]], search: _Search
+    job: JobSpec, conflicts: list[tuple[str, ...]], search: Replan
 ) -> tuple[tuple[Extreme, ...], Relaxation | None]:
     """Cheapest and fastest plans ignoring deadline and budget, and the smallest joint change.
 
@@ -258,7 +249,7 @@ def _frontier_and_joint(
     rows = np.flatnonzero(ok)
     if rows.size == 0:
         return (), None
-    hours, cents = t.quantile_hours[rows], t.total_cents[rows]
+    hours, cents, budget_cents = t.quantile_hours[rows], t.total_cents[rows], t.budget_cents[rows]
     within = f" with up to {caps['max_gpus']} GPUs" if caps else " within your caps"
     frontier = tuple(
         Extreme(label=label + within, cost_usd=int(cents[j]) / 100, hours=round(float(hours[j]), 3))
@@ -269,13 +260,13 @@ def _frontier_and_joint(
     )
     stretch = np.maximum(
         hours / job.deadline_hours if job.deadline_hours else 0.0,
-        cents / (100 * job.budget_usd) if job.budget_usd else 0.0,
+        budget_cents / (100 * job.budget_usd) if job.budget_usd else 0.0,
     )
     j = int(np.lexsort((cents, stretch))[0])
     return frontier, _joint(job, caps, t, int(rows[j]), search)
 
 
-def _joint(job: JobSpec, caps: Updates, t: CandidateTable, i: int, search: _Search) -> Relaxation | None:
+def _joint(job: JobSpec, caps: Updates, t: CandidateTable, i: int, search: Replan) -> Relaxation | None:
     updates: Updates = {}
     words = []
     if caps:
@@ -286,13 +277,13 @@ def _joint(job: JobSpec, caps: Updates, t: CandidateTable, i: int, search: _Sear
     if job.deadline_hours is not None and need_h > job.deadline_hours:
         updates["deadline_hours"] = need_h
         words.append(f"deadline >= {need_h:.1f} h")
-    need_usd = int(t.total_cents[i]) / 100
+    need_usd = int(t.budget_cents[i]) / 100  # at the budget's confidence where the job asks one
     if job.budget_usd is not None and need_usd > job.budget_usd:
         updates["budget_usd"] = need_usd
         words.append(f"budget >= {need_usd:.2f} USD")
     if not updates:
         return None
-    return search.relax("+".join(sorted(updates)), " and ".join(words), updates)
+    return _relax(search, "+".join(sorted(updates)), " and ".join(words), updates)
 
 
 def _contradictions(job: JobSpec, table: CandidateTable) -> tuple[str, ...]:

@@ -9,6 +9,9 @@
    runnable ones.
 
 `_grid.build_candidates` composes them, prices the runnable candidates and assembles the table.
+Before pricing, `unpriced` and `least_hours_and_usd` give each candidate's lower bounds (start-up
+and work, at the cheaper price its market may pay): re-planning (_replan.py) prices only the
+offers whose candidates may keep a job's limits.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from numpy.typing import NDArray
 
 from ftsolve._calibration import PairCorrections, pair_corrections
 from ftsolve._errors import UnknownCatalogEntry
-from ftsolve.catalog import BILLING_CODES, Catalog, GpuSpec, OfferArrays, planning_prices, resolve_gpu
+from ftsolve.catalog import BILLING_CODES, Catalog, GpuSpec, ModelArch, OfferArrays, planning_prices, resolve_gpu
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._compat import CONFIGS, GPU_RULES, SETUP_RULES, TIMING_RULES, OnGpu, Setup, holds_all
 from ftsolve.solver._cost import ADAPTIVE, FALLBACK, OD, SPOT, RunInputs
@@ -80,6 +83,13 @@ class Rows:
     n_gpus: I
     hw: I  # the row's hardware setup
     hardware: Hardware
+
+    def take(self, idx: I) -> Rows:
+        """The rows `idx`, with only the hardware setups they use (physics is per setup)."""
+        used, hw = np.unique(self.hw[idx], return_inverse=True)
+        setups = Hardware(*(getattr(self.hardware, f.name)[used] for f in dataclasses.fields(Hardware)))
+        take = (self.offer[idx], self.market[idx], self.nodes[idx], self.n_gpus[idx])
+        return Rows(self.scope, self.gpu_id, *take, hw.reshape(-1).astype(np.int64), setups)
 
 
 def planning_arrays(job: JobSpec, catalog: Catalog) -> OfferArrays:
@@ -372,16 +382,20 @@ def _smallest_fast_micro_batch(
     b = memory.micro_batch.copy()
     best = _step(job, sizes, hw, hi, cfg, memory, b)
     floor = best.tokens_per_s * (1.0 - MICRO_BATCH_SPEED_TOLERANCE)
+    # The step at each pair's chosen micro-batch: the static memory a step reads stays as it is.
+    parts = {f.name: getattr(best, f.name).copy() for f in dataclasses.fields(best)}
     trying = np.flatnonzero((b > 1) & (memory.grad_accum > 1))
     while trying.size:
         half = b[trying] // 2
         sub = _take_memory(memory, trying)
-        speed = _step(job, sizes, hw, hi[trying], cfg[trying], sub, half).tokens_per_s
-        ok = speed >= floor[trying]
+        step = _step(job, sizes, hw, hi[trying], cfg[trying], sub, half)
+        ok = step.tokens_per_s >= floor[trying]
         b[trying[ok]] = half[ok]
+        for name, values in parts.items():
+            values[trying[ok]] = getattr(step, name)[ok]
         trying = trying[ok & (half > 1)]
     chosen = _at_micro_batch(job, memory.terms, b, memory.usable_bytes, memory.band, hw.n_gpus[hi])
-    return chosen, _step(job, sizes, hw, hi, cfg, chosen, b)
+    return chosen, StepTime(**parts)
 
 
 def _take_memory(memory: Memory, idx: I) -> Memory:
@@ -498,13 +512,24 @@ def _config_sizes(sizes: ModelSizes, opts: MemoryOptions) -> _Sizes:
     )
 
 
+def _final_save_hours(final_bytes: F) -> F:
+    out: F = final_bytes / (k.CHECKPOINT_WRITE_GB_PER_S.value * 1e9) / 3600.0
+    return out
+
+
+def _startup_hours(job: JobSpec, sizes: ModelSizes, arr: OfferArrays, offer: I, load_h: F | float) -> F:
+    """Provisioning, environment, base-model download and loading (`load_h`), per offer."""
+    download_h = sizes.total_params * 2.0 / (job.download_mb_per_s * 1e6) / 3600.0
+    env_h = k.ENVIRONMENT_SETUP_MINUTES.value / 60.0
+    out: F = arr.provisioning_h[offer] + env_h + download_h + load_h
+    return out
+
+
 def run_inputs(
     job: JobSpec, opts: MemoryOptions, sizes: ModelSizes, arr: OfferArrays, c: Candidates, physics: Physics
 ) -> Runs:
     per_cfg = _config_sizes(sizes, opts)
-    download_h = sizes.total_params * 2.0 / (job.download_mb_per_s * 1e6) / 3600.0
-    env_h = k.ENVIRONMENT_SETUP_MINUTES.value / 60.0
-    startup_h = arr.provisioning_h[c.offer] + env_h + download_h + per_cfg.load_h[c.cfg]
+    startup_h = _startup_hours(job, sizes, arr, c.offer, per_cfg.load_h[c.cfg])
     rate = arr.interruption_rate[c.offer] * c.nodes
     idx = np.flatnonzero(c.runnable)
     offer, cfg, n = c.offer[idx], c.cfg[idx], c.n_gpus[idx]
@@ -517,7 +542,7 @@ def run_inputs(
         startup_h=startup_h[idx],
         restart_h=startup_h[idx] + ckpt_bytes / (k.LOAD_GB_PER_S.value * 1e9) / 3600.0,
         ckpt_write_h=ckpt_bytes / write_bps / 3600.0,
-        final_save_h=final_bytes / write_bps / 3600.0,
+        final_save_h=_final_save_hours(final_bytes),
         rate=rate[idx],
         od_usd_per_h=arr.on_demand[offer] * n,
         spot_usd_per_h=arr.interruptible[offer] * n,
@@ -538,3 +563,67 @@ def same_time_rows(arr: OfferArrays, rows: Rows) -> tuple[I, I]:
     facts = [np.nan_to_num(getattr(arr, name)[rows.offer].astype(np.float64), nan=-1.0) for name in TIME_FACTS]
     cols = np.stack([rows.hw.astype(np.float64), *facts, rows.market.astype(np.float64)], axis=1)
     return unique_rows(cols)
+
+
+# --- before pricing: what a candidate takes at least ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unpriced:
+    """Stages 1-3 of a job and each candidate's start-up: all that the lower bounds read."""
+
+    rows: Rows
+    physics: Physics
+    candidates: Candidates
+    startup_h: F  # of every candidate
+    finish_h: F  # training, evaluation and the final save of every candidate
+
+
+def unpriced(job: JobSpec, catalog: Catalog, arr: OfferArrays, arch: ModelArch, rows: Rows | None = None) -> Unpriced:
+    """The job's candidates before pricing (twins pruned as `plan` prunes them). `arr` are the
+    job's planning arrays of the catalog's offers, `arch` its resolved architecture; `rows` its
+    offer rows where the caller has them."""
+    opts = job.memory_options()
+    sizes = ModelSizes.of(arch, job.lora_rank, job.lora_targets, opts.framework)
+    rows = offer_rows(job, catalog, arr, prune=True) if rows is None else rows
+    physics = pair_physics(job, opts, sizes, rows.hardware)
+    c = candidates(rows, physics)
+    per_cfg = _config_sizes(sizes, opts)
+    finish_h = physics.train_h[c.pair] + physics.eval_h[c.pair] + _final_save_hours(per_cfg.final_bytes[c.cfg])
+    return Unpriced(rows, physics, c, _startup_hours(job, sizes, arr, c.offer, per_cfg.load_h[c.cfg]), finish_h)
+
+
+def least_row_hours_and_usd(job: JobSpec, arch: ModelArch, arr: OfferArrays, rows: Rows) -> tuple[F, F]:
+    """`least_hours_and_usd` of each row before its configurations are known: its start-up with
+    the quickest-loading configuration and no work. No candidate of a row has lower bounds."""
+    opts = job.memory_options()
+    sizes = ModelSizes.of(arch, job.lora_rank, job.lora_targets, opts.framework)
+    startup_h = _startup_hours(job, sizes, arr, rows.offer, float(_config_sizes(sizes, opts).load_h.min()))
+    od, spot = arr.on_demand[rows.offer], arr.interruptible[rows.offer]
+    return least_hours_and_usd(startup_h, np.zeros_like(startup_h), rows.n_gpus, rows.market, od, spot)
+
+
+def least_hours_and_usd(
+    startup_h: F, work_h: F, n_gpus: I, market: I, od_usd_per_gpu_h: F, spot_usd_per_gpu_h: F
+) -> tuple[F, F]:
+    """Per candidate, what every run of it takes at least, however its market goes: hours of
+    start-up and work (training, and evaluation and the final save where known), and those hours
+    on all its GPUs at the cheaper price its market may pay (a fallback pays either). Finish
+    quantiles and cost quantiles are never below them: a run does all of its work once, each hour
+    billed at one of its prices, and the other cost items (rework, storage, trials, ...) only add."""
+    price = np.where(
+        market == OD,
+        od_usd_per_gpu_h,
+        np.where(market == SPOT, spot_usd_per_gpu_h, np.fmin(od_usd_per_gpu_h, spot_usd_per_gpu_h)),
+    )
+    hours = startup_h + work_h
+    usd: F = hours * n_gpus * price
+    return hours, usd
+
+
+def unpriced_bounds(u: Unpriced, arr: OfferArrays) -> tuple[F, F]:
+    """`least_hours_and_usd` of every candidate of `u`."""
+    c = u.candidates
+    return least_hours_and_usd(
+        u.startup_h, u.finish_h, c.n_gpus, c.market, arr.on_demand[c.offer], arr.interruptible[c.offer]
+    )

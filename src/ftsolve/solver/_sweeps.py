@@ -1,4 +1,4 @@
-"""Side-by-side comparisons and cost-versus-finish-time frontiers, built on `plan`."""
+"""Side-by-side comparisons and cost-versus-finish-time frontiers, each from one priced table."""
 
 from __future__ import annotations
 
@@ -6,14 +6,17 @@ from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
+from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
-from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
+from ftsolve._errors import InvalidJobSpec
 from ftsolve.catalog import Catalog, load_catalog
 from ftsolve.solver._api import _failure, plan
-from ftsolve.solver._grid import build_candidates
+from ftsolve.solver._grid import CandidateTable, build_candidates
 from ftsolve.solver._job import MARKETS, JobSpec
 from ftsolve.solver._memory import METHOD_NAMES
+from ftsolve.solver._objectives import objective_key
+from ftsolve.solver._replan import Replan, Updates
 
 
 class CompareRow(BaseModel):
@@ -46,9 +49,7 @@ class FrontierPoint(BaseModel):
     on_frontier: bool
 
 
-def compare(
-    job: JobSpec, catalog: Catalog | None = None, *, by: Literal["gpu", "method"] = "gpu"
-) -> list[CompareRow]:
+def compare(job: JobSpec, catalog: Catalog | None = None, *, by: Literal["gpu", "method"] = "gpu") -> list[CompareRow]:
     """The same job across GPU types or methods, cheapest first, infeasible options last."""
     t = build_candidates(job, catalog if catalog is not None else load_catalog())
     feasible = t.feasible()
@@ -106,7 +107,12 @@ def pareto(
     on_point: Callable[[], None] | None = None,
 ) -> list[FrontierPoint]:
     """Best plan for each value of the swept limit; `on_frontier` marks the non-dominated points
-    of expected cost against finish time."""
+    of expected cost against finish time.
+
+    One table is priced for all points: the job without the swept limit. A budget changes no
+    price, so each point of a budget sweep ranks that table again. A deadline sets the fallbacks'
+    interruptible share, so each point of a deadline sweep is re-planned (_replan.Replan), pricing
+    only the offers that may beat the best plan the table already has within that deadline."""
     if not 2 <= points <= MAX_POINTS:
         raise InvalidJobSpec(f"invalid points {points}: sweep between 2 and {MAX_POINTS} values")
     catalog = catalog if catalog is not None else load_catalog()
@@ -115,53 +121,64 @@ def pareto(
     ok = t.feasible()
     if not ok.any():
         plan(free, catalog, top=1)  # raises NoFeasiblePlan with the full diagnosis
+    search = Replan(free, t, lambda j: build_candidates(j, catalog))
+    key = objective_key(free, t)[0]
+    out: list[FrontierPoint] = []
+    for limit in _limits(sweep, t, ok, points):
+        if sweep == "deadline":
+            updates: Updates = {"deadline_hours": float(limit)}
+            within = ok & (t.quantile_hours <= limit)
+            guess = int(key[within].min()) if within.any() else None
+        else:
+            updates, guess = {"budget_usd": float(limit), "objective": "time"}, None
+        out.append(_point(float(limit), search.best(updates, guess)))
+        if on_point is not None:
+            on_point()
+    return _mark_frontier(out)
+
+
+def _limits(sweep: str, t: CandidateTable, ok: NDArray[np.bool_], points: int) -> NDArray[np.float64]:
+    """The swept values: from the fastest plan's finish (or the cheapest plan's cost) to past the
+    other end of the frontier, geometrically spaced."""
     if sweep == "deadline":
         lo = float(np.min(t.quantile_hours[ok]))
         cheapest = int(np.nonzero(ok)[0][np.argmin(t.total_cents[ok])])
         hi = max(float(t.quantile_hours[cheapest]) * 1.25, lo * 1.5)
-        limits = np.geomspace(lo * 1.0001, hi, points)
-    else:
-        cost = t.total_cents[ok] / 100
-        fastest = int(np.nonzero(ok)[0][np.argmin(t.expected_hours[ok])])
-        limits = np.geomspace(
-            float(np.min(cost)) * 1.0001,
-            max(int(t.total_cents[fastest]) / 100, float(np.min(cost)) * 2),
-            points,
+        out: NDArray[np.float64] = np.geomspace(lo * 1.0001, hi, points)
+        return out
+    cost = t.total_cents[ok] / 100
+    fastest = int(np.nonzero(ok)[0][np.argmin(t.expected_hours[ok])])
+    out = np.geomspace(
+        float(np.min(cost)) * 1.0001,
+        max(int(t.total_cents[fastest]) / 100, float(np.min(cost)) * 2),
+        points,
+    )
+    return out
+
+
+def _point(limit: float, found: tuple[JobSpec, CandidateTable, int] | None) -> FrontierPoint:
+    """The point of a swept value: its best plan's figures, rounded as a Plan rounds them."""
+    if found is None:
+        return FrontierPoint(
+            limit=round(limit, 4),
+            feasible=False,
+            total_cost_usd=None,
+            expected_hours=None,
+            quantile_hours=None,
+            label=None,
+            on_frontier=False,
         )
-    out: list[FrontierPoint] = []
-    for limit in limits:
-        if sweep == "deadline":
-            trial = job.model_copy(update={"deadline_hours": float(limit)})
-        else:
-            trial = job.model_copy(update={"budget_usd": float(limit), "objective": "time"})
-        try:
-            p = plan(trial, catalog, top=1).plans[0]
-            out.append(
-                FrontierPoint(
-                    limit=round(float(limit), 4),
-                    feasible=True,
-                    total_cost_usd=p.total_cost_usd,
-                    expected_hours=p.time.expected_hours,
-                    quantile_hours=p.time.quantile_hours,
-                    label=f"{p.n_gpus}x {p.gpu} {p.method} {p.market}",
-                    on_frontier=False,
-                )
-            )
-        except NoFeasiblePlan:
-            out.append(
-                FrontierPoint(
-                    limit=round(float(limit), 4),
-                    feasible=False,
-                    total_cost_usd=None,
-                    expected_hours=None,
-                    quantile_hours=None,
-                    label=None,
-                    on_frontier=False,
-                )
-            )
-        if on_point is not None:
-            on_point()
-    return _mark_frontier(out)
+    _, t, i = found
+    gpu = t.offers[int(t.offer_idx[i])].gpu
+    return FrontierPoint(
+        limit=round(limit, 4),
+        feasible=True,
+        total_cost_usd=int(t.total_cents[i]) / 100,
+        expected_hours=round(float(t.expected_hours[i]), 4),
+        quantile_hours=round(float(t.quantile_hours[i]), 4),
+        label=f"{int(t.n_gpus[i])}x {gpu} {METHOD_NAMES[int(t.method[i])]} {MARKETS[int(t.market[i])]}",
+        on_frontier=False,
+    )
 
 
 def _mark_frontier(points: list[FrontierPoint]) -> list[FrontierPoint]:
