@@ -146,3 +146,29 @@ def test_usable_memory_follows_what_the_device_reports() -> None:
     assert usable_gib(gpus["h100-sxm"]) == pytest.approx((81559 - 620) / 1024)
     offered = {o.gpu for o in CATALOG.offers}
     assert all(gpus[g].visible_memory_mib for g in offered if g != "mi325x")
+
+
+def test_the_micro_batch_choice_and_its_alternative_are_stated() -> None:
+    from click.testing import CliRunner
+
+    from ftsolve.cli import cli
+    from ftsolve.solver._pipeline import MICRO_BATCH_SPEED_TOLERANCE
+
+    job = JobSpec(model="llama-3.1-8b", train_tokens=50_000_000, seq_len=4096, global_batch_size=64)
+    plans = ftsolve.plan(job, CATALOG, top=5).plans
+    smaller = []
+    for p in plans:
+        mb = p.micro_batch_choice
+        assert mb is not None and mb.chosen == p.micro_batch <= mb.largest_fitting
+        # The largest one fits too, with the same headroom rule, and is what a smaller one gives up.
+        assert mb.largest_peak_gib * (1 + p.memory.band) <= p.memory.usable_gib + 1e-3
+        assert mb.largest_peak_gib >= p.memory.peak_gib - 1e-3
+        if mb.chosen < mb.largest_fitting:
+            assert 0 <= mb.largest_speedup_pct < 100 * MICRO_BATCH_SPEED_TOLERANCE
+            smaller.append(p)
+    assert smaller, "no plan here picks a micro-batch below the largest that fits"
+    args = ["explain", "--model", "llama-3.1-8b", "--tokens", "50M", "--seq-len", "4096", "--global-batch-size", "64"]
+    out = CliRunner().invoke(cli, [*args, "--rank", str(smaller[0].rank)], env={"COLUMNS": "200"}).output
+    mb = smaller[0].micro_batch_choice
+    assert mb is not None
+    assert f"micro-batch {mb.chosen}: the smallest within 3% of the fastest; {mb.largest_fitting}," in out

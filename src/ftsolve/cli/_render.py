@@ -28,6 +28,8 @@ from ftsolve.cli._common import console, plain
 from ftsolve.solver import Infeasibility, MemoryBreakdown, Plan, PlanSet
 from ftsolve.solver._job import JobSpec
 from ftsolve.solver._money import money
+from ftsolve.solver._pipeline import MICRO_BATCH_SPEED_TOLERANCE
+from ftsolve.solver._plans import MicroBatchChoice
 from ftsolve.solver._sweeps import CompareRow, FrontierPoint
 
 
@@ -374,6 +376,16 @@ def render_infeasible(inf: Infeasibility) -> None:
         con.print(f"Note: {plain(note)}", width=width)
 
 
+def _micro_batch_words(mb: MicroBatchChoice) -> str:
+    if mb.largest_fitting <= mb.chosen:
+        return f"micro-batch {mb.chosen}: the largest that fits with headroom and holds the global batch"
+    return (
+        f"micro-batch {mb.chosen}: the smallest within {MICRO_BATCH_SPEED_TOLERANCE:.0%} of the fastest; "
+        f"{mb.largest_fitting}, the largest that fits, is {mb.largest_speedup_pct:.1f}% faster at "
+        f"{mb.largest_peak_gib:.1f} GiB peak per GPU"
+    )
+
+
 def render_explain(ps: PlanSet, p: Plan) -> None:
     con = console()
     shown, cur = _in_currency(ps)
@@ -396,6 +408,8 @@ def render_explain(ps: PlanSet, p: Plan) -> None:
         )
     )
     con.print(f"  why: {plain(p.why)}")
+    if (mb := p.micro_batch_choice) is not None:
+        con.print(f"  {_micro_batch_words(mb)}")
     con.print(_heading("Memory per GPU", " (GiB)"))
     for name, gib in p.memory.components_gib.items():
         if gib:

@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 from ftsolve._calibration import calibration_assumptions
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
 from ftsolve.catalog import MAX_PLAUSIBLE_DISCOUNT, Catalog, Offer, load_catalog, provider_defaults
+from ftsolve.solver import _coefficients as k
 from ftsolve.solver._compat import GPU_RULES, TIMING_RULES, OnGpu
 from ftsolve.solver._cost import RunCosts, rate_sensitivity
 from ftsolve.solver._engines import ENGINES
@@ -21,7 +22,15 @@ from ftsolve.solver._job import MARKETS, JobSpec
 from ftsolve.solver._memory import METHOD_NAMES, QUANT_NAMES, SHARD_NAMES
 from ftsolve.solver._money import money
 from ftsolve.solver._objectives import OBJECTIVES, objective_key, preference_terms
-from ftsolve.solver._plans import CostItem, MemoryBreakdown, Plan, PlanSet, RateCase, TimeBreakdown
+from ftsolve.solver._plans import (
+    CostItem,
+    MemoryBreakdown,
+    MicroBatchChoice,
+    Plan,
+    PlanSet,
+    RateCase,
+    TimeBreakdown,
+)
 
 
 def plan(
@@ -105,6 +114,7 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int,
         total_cost_usd=int(t.total_cents[i]) / 100,
         cost_at_confidence_usd=None if job.budget_confidence is None else int(t.budget_cents[i]) / 100,
         rate_sensitivity=_rate_sensitivity(job, t, i),
+        micro_batch_choice=_micro_batch_choice(t, i),
         binding_constraints=binding,
         slack=_slack(job, t, i),
         why=_why(job, t, i, rank, best, nxt, binding),
@@ -141,6 +151,19 @@ def _time_breakdown(job: JobSpec, t: CandidateTable, i: int) -> TimeBreakdown:
         interruption_rate_per_hour=round(float(t.interruption_rate_per_hour[i]), 4) if spot else None,
         switch_probability=round(float(t.run_costs.switch_probability[i]), 4) if spot else None,
         switch_after_lost_hours=_switch_threshold(t, i),
+    )
+
+
+def _micro_batch_choice(t: CandidateTable, i: int) -> MicroBatchChoice:
+    """The chosen micro-batch against the largest that fits (the pair's physics, before halving)."""
+    pair, ph = int(t.pair[i]), t.physics
+    largest = int(ph.largest_micro_batch[pair])
+    peak = ph.memory.terms.take(np.array([pair])).peak_bytes(np.array([max(largest, 1)]))
+    return MicroBatchChoice(
+        chosen=int(t.micro_batch[i]),
+        largest_fitting=largest,
+        largest_speedup_pct=round(100.0 * (float(ph.largest_speedup[pair]) - 1.0), 2),
+        largest_peak_gib=round(float(peak[0]) / k.GIB, 3),
     )
 
 

@@ -304,6 +304,8 @@ class Physics:
     step: StepTime
     train_h: F
     eval_h: F
+    largest_micro_batch: I  # the largest that fits with headroom and holds the global batch
+    largest_speedup: F  # its tokens/s over the chosen micro-batch's (>= 1): what the smaller one gives up
 
 
 # A practitioner takes the smallest micro-batch that is about as fast as the largest that fits:
@@ -321,10 +323,11 @@ def pair_physics(job: JobSpec, opts: MemoryOptions, sizes: ModelSizes, hw: Hardw
     compatible = holds_all(GPU_RULES + TIMING_RULES, OnGpu(cq[ti], hw.nvidia[hi], hw.timed[hi]))
     fix = pair_corrections(job, opts, hw, hi, CONFIGS[ti])  # the user's measured runs (ftsolve calibrate)
     memory = _fit_memory(job, opts, sizes, hw.usable_bytes[hi], CONFIGS[ti], hw.n_gpus[hi], fix)
-    memory, step = _smallest_fast_micro_batch(job, sizes, hw, hi, CONFIGS[ti], memory)
+    largest = memory.micro_batch
+    memory, step, speedup = _smallest_fast_micro_batch(job, sizes, hw, hi, CONFIGS[ti], memory)
     step = fix.step(step)
     train_h, eval_h = _hours(job, sizes, CONFIGS[ti], step)
-    return Physics(hi, ti, index, compatible, memory, step, train_h, eval_h)
+    return Physics(hi, ti, index, compatible, memory, step, train_h, eval_h, largest, speedup)
 
 
 def headroom_band(job: JobSpec, opts: MemoryOptions, method: I) -> F:
@@ -375,10 +378,11 @@ def _at_micro_batch(job: JobSpec, terms: MemoryTerms, b: I, usable: F, band: F, 
 
 def _smallest_fast_micro_batch(
     job: JobSpec, sizes: ModelSizes, hw: Hardware, hi: I, cfg: I, memory: Memory
-) -> tuple[Memory, StepTime]:
+) -> tuple[Memory, StepTime, F]:
     """Halve each pair's micro-batch while the step stays within MICRO_BATCH_SPEED_TOLERANCE of
     the largest one's speed. Only pairs that accumulate already are halved: their memory terms
-    (unsharded gradients under FSDP) stay as they are, and the global batch stays exact."""
+    (unsharded gradients under FSDP) stay as they are, and the global batch stays exact. Returns
+    the chosen memory and step, and the largest micro-batch's speed over the chosen one's."""
     b = memory.micro_batch.copy()
     best = _step(job, sizes, hw, hi, cfg, memory, b)
     floor = best.tokens_per_s * (1.0 - MICRO_BATCH_SPEED_TOLERANCE)
@@ -395,7 +399,8 @@ def _smallest_fast_micro_batch(
             values[trying[ok]] = getattr(step, name)[ok]
         trying = trying[ok & (half > 1)]
     chosen = _at_micro_batch(job, memory.terms, b, memory.usable_bytes, memory.band, hw.n_gpus[hi])
-    return chosen, StepTime(**parts)
+    speedup = best.tokens_per_s / np.maximum(parts["tokens_per_s"], 1e-12)
+    return chosen, StepTime(**parts), speedup
 
 
 def _take_memory(memory: Memory, idx: I) -> Memory:

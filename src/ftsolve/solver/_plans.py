@@ -59,6 +59,15 @@ class TimeBreakdown(_Frozen):
     )
 
 
+class MicroBatchChoice(_Frozen):
+    """Why the plan's micro-batch: the smallest within a few percent of the largest that fits."""
+
+    chosen: int
+    largest_fitting: int = Field(description="the largest micro-batch that fits with headroom and holds the batch")
+    largest_speedup_pct: float = Field(description="how much faster the largest one trains, in percent")
+    largest_peak_gib: float = Field(description="the predicted peak per GPU at the largest one")
+
+
 class RateCase(_Frozen):
     """The plan as planned if preemptions came at another rate than assumed."""
 
@@ -104,6 +113,9 @@ class Plan(_Frozen):
     total_cost_usd: float
     cost_at_confidence_usd: float | None = Field(
         default=None, description="with a budget confidence: the cost at that quantile, which the budget is judged on"
+    )
+    micro_batch_choice: MicroBatchChoice | None = Field(
+        default=None, description="the micro-batch chosen and the largest that fits, with its speed and memory"
     )
     rate_sensitivity: tuple[RateCase, ...] = Field(
         default=(), description="interruptible plans: cost and chance of the deadline at half and double the rate"
