@@ -553,24 +553,32 @@ def rate_sensitivity(
     """
     reserve = trials * (r.startup_h + trial_fraction * (r.work_h + r.final_save_h))
     scale = 1.0 + trials * trial_fraction + 0.5 * failure_p / (1.0 - failure_p)
-    storage_per_h = r.volume_gb * r.storage_usd_per_gb_month / k.HOURS_PER_MONTH
-    spends = {f: _spend_at(r, planned, f, deadline_h - float(reserve[0])) for f in (0.5, 1.0, 2.0)}
-    base_usd, base_h, _ = spends[1.0]
-    out = []
-    for factor, (usd, hours, meets) in spends.items():
-        extra = (usd - base_usd + float(storage_per_h[0]) * (hours - base_h)) * scale
-        cost = int(planned.total_cents[0]) / 100 + extra
-        out.append(RateCase(factor, float(r.rate[0]) * factor, round(max(cost, 0.0), 2), meets))
-    return out
+    storage_per_h = float((r.volume_gb * r.storage_usd_per_gb_month / k.HOURS_PER_MONTH)[0])
+    factors = np.array(_RATE_FACTORS)
+    usd, hours, meets = _spend_at(r, planned, factors, deadline_h - float(reserve[0]))
+    base = _RATE_FACTORS.index(1.0)
+    extra = (usd - usd[base] + storage_per_h * (hours - hours[base])) * scale
+    cost = int(planned.total_cents[0]) / 100 + extra
+    return [
+        RateCase(f, float(r.rate[0]) * f, round(max(float(c), 0.0), 2), float(m))
+        for f, c, m in zip(_RATE_FACTORS, cost, meets, strict=True)
+    ]
 
 
-def _spend_at(r: RunInputs, planned: RunCosts, factor: float, end_h: float) -> tuple[float, float, float]:
-    """(run USD, run hours, P(the run ends within end_h)) of the candidate at `factor` times its rate."""
-    lam, f = r.rate * factor, np.maximum(planned.spot_fraction, 0.0)
-    tau, ps, po = planned.checkpoint_interval_h, np.nan_to_num(r.spot_usd_per_h), np.nan_to_num(r.od_usd_per_h)
-    if r.market[0] == ADAPTIVE and np.isfinite(planned.switch_threshold_h[0]):  # without a deadline it never switches
+_RATE_FACTORS = (0.5, 1.0, 2.0)
+
+
+def _spend_at(r: RunInputs, planned: RunCosts, factors: F, end_h: float) -> tuple[F, F, F]:
+    """(run USD, run hours, P(the run ends within end_h)) of the candidate (one row) at each of
+    `factors` times its rate, in one pass."""
+    one = np.zeros(factors.shape[0], dtype=np.int64)
+    r, lam = r.take(one), r.rate[one] * factors
+    f, tau = np.maximum(planned.spot_fraction[one], 0.0), planned.checkpoint_interval_h[one]
+    theta = planned.switch_threshold_h[one]
+    ps, po = np.nan_to_num(r.spot_usd_per_h), np.nan_to_num(r.od_usd_per_h)
+    if r.market[0] == ADAPTIVE and np.isfinite(theta[0]):  # without a deadline it never switches
         slack = end_h - r.startup_h - r.restart_h - r.work_h - r.final_save_h
-        out = adaptive_at(r.work_h, lam, r.ckpt_write_h, r.restart_h, slack, tau, planned.switch_threshold_h)
+        out = adaptive_at(r.work_h, lam, r.ckpt_write_h, r.restart_h, slack, tau, theta)
         spot_h = r.startup_h + out.spot_h + out.no_switch * r.final_save_h
         od_h = (1.0 - out.no_switch) * (r.restart_h + r.final_save_h) + r.work_h - out.spot_work_h
         meets = out.meets
@@ -582,5 +590,5 @@ def _spend_at(r: RunInputs, planned: RunCosts, factor: float, end_h: float) -> t
         mean, meets = phase_at(work, lam, tau, r.ckpt_write_h, r.restart_h, end, handover)
         spot_h = r.startup_h + mean + np.where(f < 1.0, 0.0, r.final_save_h)
         od_h = np.where(f < 1.0, tail + r.final_save_h, 0.0)
-    usd = spot_h * ps + od_h * po
-    return float(usd[0]), float((spot_h + od_h)[0]), float(np.clip(meets, 0.0, 1.0)[0])
+    usd: F = spot_h * ps + od_h * po
+    return usd, spot_h + od_h, np.clip(meets, 0.0, 1.0)

@@ -549,14 +549,23 @@ def lattice_first_reaching(cdf: Callable[[F], F], lo: F, hi: F, target: F, step:
     grid fixed by the row returns the quantile rounded up, which is monotone in the target."""
     a = np.floor(lo / step) - 1.0  # cdf(a·step) < target is assumed for the lower end
     b = np.ceil(hi / step)
+    # Eight points a pass (a 9-ary search): a third of bisection's passes for the same answer.
+    cuts = np.arange(1, _SECTIONS, dtype=np.float64)[None, :] / _SECTIONS
     while np.any(b - a > 1.0):
-        mid = np.floor(0.5 * (a + b))
-        ok = cdf((mid * step)[:, None])[:, 0] >= target
-        open_ = b - a > 1.0
-        b = np.where(open_ & ok, mid, b)
-        a = np.where(open_ & ~ok, mid, a)
+        span = (b - a)[:, None]
+        points = np.minimum(a[:, None] + np.maximum(np.floor(span * cuts), 1.0), b[:, None])
+        ok = cdf(points * step[:, None]) >= target[:, None]
+        hit = ok.any(axis=1)
+        first = np.argmax(ok, axis=1)
+        rows = np.arange(a.shape[0])
+        below = np.where(first > 0, points[rows, np.maximum(first - 1, 0)], a)
+        b = np.where(hit, points[rows, first], b)
+        a = np.where(hit, below, points[:, -1])
     out: F = b * step
     return out
+
+
+_SECTIONS = 9
 
 
 _NARROW = 4
