@@ -1,6 +1,6 @@
 """Solver speed: candidate-table build time, engine time and peak memory, per catalog size.
 
-    python benchmarks/solver_speed.py [--sizes 1000,10000,100000] [--repeat 3] [--cli-runs 5]
+    python benchmarks/solver_speed.py [--sizes 1000,10000,100000] [--repeat 3] [--cli-runs 5] [--big 1000000]
 
 Prints one row per (catalog, engine). Times are the best of `--repeat` warm runs; peak memory is
 Python-level (tracemalloc) during one build + solve. Then the issue 6 and 18 targets: the median
@@ -11,12 +11,19 @@ catalog load, plan, render), with its ratio to `plan` in the same run. The CLI i
 as the shell runs it (with PYTHONDONTWRITEBYTECODE=1 and no __pycache__, ftsolve's modules are
 compiled on every run) and with bytecode cached, as an installed package runs (the cache goes to
 a temporary PYTHONPYCACHEPREFIX, never into the source tree). Then campaigns of 3, 10 and 30 runs.
+Last, the issue 15 item 6 rows: a user catalog of `--big` offers (the bundled offers replicated
+with distinct instance types and regions and jittered prices, written as a CSV file) loaded with
+`load_catalog` and planned for the README job in a fresh process, with its peak RSS, beside the
+bundled catalog's cold load in a fresh process (`--big 0` skips the large catalog).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime as dt
+import io
+import json
 import os
 import random
 import subprocess
@@ -77,6 +84,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cli-runs", type=int, default=5)
+    ap.add_argument("--big", type=int, default=1_000_000, help="offers in the large user catalog (0: skip)")
     args = ap.parse_args()
     job = README_JOB
     t0 = time.perf_counter()
@@ -118,6 +126,7 @@ def main() -> None:
             continue
         print(f"{label:45s} {value * 1000:6.0f} ms {limit * 1000:5.0f} ms  {'yes' if value < limit else 'NO'}")
     _campaign_rows(base)
+    _big_catalog_rows(args.big)
 
 
 README_JOB = JobSpec(model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, deadline_hours=24, budget_usd=300)
@@ -228,6 +237,88 @@ def _campaign_rows(base: Catalog) -> None:
             f"{n:3d} runs   {result.status:9s} {gap:>7s} {result.solve_seconds:8.2f} "
             f"{result.total_cost_usd or 0:10.2f} {result.finish_hours or 0:9.1f}  {'yes' if met else 'NO'}"
         )
+
+
+def write_big_catalog(path: str, n: int, seed: int = 0) -> None:
+    """A user offers CSV of n offers: the bundled rows replicated, each copy with its own instance
+    type and region and prices jittered by up to +-10% (the interruptible price never above the
+    on-demand one), so that no offer overrides a bundled one and twins differ in price."""
+    from ftsolve.catalog._load import _read_text
+
+    rng = random.Random(seed)
+    text = _read_text("offers.csv")
+    reader = csv.reader(io.StringIO("".join(line for line in io.StringIO(text) if not line.startswith("#"))))
+    header = next(reader)
+    rows = list(reader)
+    col = {name: i for i, name in enumerate(header)}
+    od, spot = col["on_demand_usd_per_gpu_hour"], col["interruptible_usd_per_gpu_hour"]
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(header)
+        for i in range(n):
+            row = list(rows[i % len(rows)])
+            copy = i // len(rows)
+            row[col["instance_type"]] = f"{row[col['instance_type']]}-c{copy}"
+            row[col["region"]] = f"{row[col['region']]}-{copy % 50}"
+            factor = rng.uniform(0.9, 1.1)
+            for c in (od, spot):
+                if row[c]:
+                    row[c] = f"{min(float(row[c]) * factor, 999.0):.4f}"
+            if row[od] and row[spot] and float(row[spot]) > float(row[od]):
+                row[spot] = row[od]
+            w.writerow(row)
+
+
+_BIG_PROBE = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+import ftsolve
+from ftsolve import JobSpec
+t1 = time.perf_counter()
+catalog = ftsolve.load_catalog(sys.argv[1] if len(sys.argv) > 1 else None, user=False)
+t2 = time.perf_counter()
+n = len(catalog.offers)
+plans = None
+if len(sys.argv) > 1:
+    job = JobSpec(model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, deadline_hours=24, budget_usd=300)
+    plans = ftsolve.plan(job, catalog)
+t3 = time.perf_counter()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"import": t1 - t0, "load": t2 - t1, "plan": t3 - t2, "offers": n, "peak_mib": peak,
+                  "first": plans.plans[0].offer.key if plans else None}))
+"""
+
+
+def _probe(args: list[str]) -> dict[str, float]:
+    done = subprocess.run([sys.executable, "-c", _BIG_PROBE, *args], capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"probe exited {done.returncode}: {done.stderr[-800:]}")
+    out: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _big_catalog_rows(n: int, cold_runs: int = 5) -> None:
+    """Issue 15 item 6: n offers loaded and planned in a fresh process under 5 s and 600 MiB peak
+    RSS; the bundled catalog's cold load (median of fresh processes, import not counted)."""
+    cold = sorted(_probe([])["load"] for _ in range(cold_runs))
+    print(
+        f"\n{'catalog (fresh process)':32s} {'offers':>8s} {'load s':>7s} {'plan s':>7s} {'total s':>8s} "
+        f"{'peak MiB':>9s}"
+    )
+    print(f"{'bundled, cold load (median)':32s} {'':8s} {cold[len(cold) // 2]:7.3f}")
+    if n <= 0:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "offers.csv")
+        write_big_catalog(path, n)
+        r = _probe([path])
+    total = r["load"] + r["plan"]
+    print(
+        f"{f'user catalog of {n:,}':32s} {int(r['offers']):8d} {r['load']:7.2f} {r['plan']:7.2f} {total:8.2f} "
+        f"{r['peak_mib']:9.0f}"
+    )
+    met = total < 5.0 and r["peak_mib"] < 600
+    print(f"target (issue 15): load + plan < 5 s and peak < 600 MiB: {'yes' if met else 'NO'}")
 
 
 if __name__ == "__main__":

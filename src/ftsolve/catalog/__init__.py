@@ -1,6 +1,7 @@
 """GPU hardware, rentable offers and model architectures, with source and date on every figure."""
 
 from ftsolve.catalog._arrays import BILLING_CODES, DEFAULT_INTER_NODE_GBIT, OfferArrays, planning_prices
+from ftsolve.catalog._columns import OfferTable
 from ftsolve.catalog._currency import CURRENCIES, Currency, Rate, rate_on
 from ftsolve.catalog._hf import arch_from_config, config_json_path, load_config_json
 from ftsolve.catalog._load import Catalog, load_catalog, load_gpus, parse_offers
@@ -29,6 +30,7 @@ __all__ = [
     "ModelArch",
     "Offer",
     "OfferArrays",
+    "OfferTable",
     "ProviderDefaults",
     "Rate",
     "arch_from_config",

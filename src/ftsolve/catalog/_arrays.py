@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ftsolve.catalog._models import PRICE_KINDS, Offer, PriceKind
-from ftsolve.catalog._providers import provider_defaults, storage_price
+from ftsolve.catalog._providers import provider_defaults, provider_storage_price
+
+if TYPE_CHECKING:
+    from ftsolve.catalog._columns import OfferTable
 
 F = NDArray[np.float64]
 I = NDArray[np.int64]
@@ -44,54 +48,62 @@ class OfferArrays:
 
     @classmethod
     def of(cls, offers: Sequence[Offer]) -> OfferArrays:
-        defaults = [provider_defaults(o.provider) for o in offers]
-        rate = np.array(
-            [
-                o.interruption_rate_per_hour
-                if o.interruption_rate_per_hour is not None
-                else d.interruption_rate_per_hour
-                for o, d in zip(offers, defaults, strict=True)
-            ],
-            dtype=np.float64,
-        )
-        prov = np.array([d.provisioning_minutes / 60.0 for d in defaults], dtype=np.float64)
-        storage = np.array([storage_price(o)[0] for o in offers], dtype=np.float64)
-        egress = np.array([d.egress_usd_per_gb for d in defaults], dtype=np.float64)
-        net = np.array(
-            [
-                d.inter_node_gbit_per_s if d.inter_node_gbit_per_s is not None else DEFAULT_INTER_NODE_GBIT
-                for d in defaults
-            ],
-            dtype=np.float64,
-        )
-        billing = np.array([BILLING_CODES[o.billing] for o in offers], dtype=np.int64)
-        return cls(
-            provider=np.array([o.provider.lower() for o in offers], dtype=str),
-            region=np.array([o.region.lower() for o in offers], dtype=str),
-            country=np.array([o.country or "" for o in offers], dtype=str),
-            gpu=np.array([o.gpu for o in offers], dtype=str),
-            gpus_per_node=np.array([o.gpus_per_node for o in offers], dtype=np.int64),
-            on_demand=np.array([o.on_demand_usd_per_gpu_hour or np.nan for o in offers], dtype=np.float64),
-            interruptible=np.array([o.interruptible_usd_per_gpu_hour or np.nan for o in offers], dtype=np.float64),
-            on_demand_kind=np.array([PRICE_KIND_CODES[o.price_kind] for o in offers], dtype=np.int64),
-            interruptible_kind=np.array([PRICE_KIND_CODES[o.interruptible_price_kind] for o in offers], dtype=np.int64),
-            launchable=np.array([o.launchable for o in offers], dtype=np.bool_),
-            interruption_rate=rate,
-            provisioning_h=prov,
-            storage_usd_per_gb_month=storage,
-            egress_usd_per_gb=egress,
-            inter_node_gbit=net,
-            # A cluster is 8-GPU nodes from a provider that states its inter-node network (EFA,
-            # InfiniBand, ...); single GPUs and marketplace hosts are independent machines.
-            cluster_network=np.array(
-                [
-                    d.inter_node_gbit_per_s is not None and o.gpus_per_node >= 8
-                    for o, d in zip(offers, defaults, strict=True)
-                ],
-                dtype=np.bool_,
+        from ftsolve.catalog._columns import OfferTable
+
+        return offer_arrays(offers if isinstance(offers, OfferTable) else OfferTable.of(offers))
+
+
+def offer_arrays(table: OfferTable) -> OfferArrays:
+    """The columns the solver reads, from a table's columns: every per-offer value is computed once
+    per distinct value (provider defaults per provider) and gathered by code."""
+
+    def per(name: str, fn: Callable[[Any], object], dtype: Any) -> NDArray[Any]:
+        lut = np.array([fn(v) for v in table.values[name]], dtype=dtype)
+        out: NDArray[Any] = lut[table.codes[name]] if lut.size else np.zeros(0, dtype)
+        return out
+
+    defaults = {p: provider_defaults(str(p)) for p in table.values["provider"]}
+    nums = table.numbers
+    gpn = table.gpus_per_node
+    own_rate = nums["interruption_rate_per_hour"]
+    rate = np.where(
+        np.isnan(own_rate), per("provider", lambda p: defaults[p].interruption_rate_per_hour, float), own_rate
+    )
+    own_storage = nums["storage_usd_per_gb_month"]
+    # storage_price's order: the offer's own price, else its provider's, else the fallback.
+    storage = np.where(
+        np.isnan(own_storage), per("provider", lambda p: provider_storage_price(p)[0], float), own_storage
+    )
+    clustered = per("provider", lambda p: defaults[p].inter_node_gbit_per_s is not None, bool)
+    return OfferArrays(
+        provider=per("provider", lambda p: p.lower(), str),
+        region=per("region", lambda r: r.lower(), str),
+        country=per("country", lambda c: c or "", str),
+        gpu=per("gpu", str, str),
+        gpus_per_node=gpn.astype(np.int64),
+        on_demand=nums["on_demand_usd_per_gpu_hour"].astype(np.float64),
+        interruptible=nums["interruptible_usd_per_gpu_hour"].astype(np.float64),
+        on_demand_kind=per("price_kind", PRICE_KIND_CODES.__getitem__, np.int64),
+        interruptible_kind=per("interruptible_price_kind", PRICE_KIND_CODES.__getitem__, np.int64),
+        launchable=per("launchable", bool, np.bool_),
+        interruption_rate=rate.astype(np.float64),
+        provisioning_h=per("provider", lambda p: defaults[p].provisioning_minutes / 60.0, np.float64),
+        storage_usd_per_gb_month=storage.astype(np.float64),
+        egress_usd_per_gb=per("provider", lambda p: defaults[p].egress_usd_per_gb, np.float64),
+        inter_node_gbit=per(
+            "provider",
+            lambda p: (
+                DEFAULT_INTER_NODE_GBIT
+                if defaults[p].inter_node_gbit_per_s is None
+                else defaults[p].inter_node_gbit_per_s
             ),
-            billing=billing,
-        )
+            np.float64,
+        ),
+        # A cluster is 8-GPU nodes from a provider that states its inter-node network (EFA,
+        # InfiniBand, ...); single GPUs and marketplace hosts are independent machines.
+        cluster_network=clustered & (gpn >= 8),
+        billing=per("billing", BILLING_CODES.__getitem__, np.int64),
+    )
 
 
 def planning_prices(arrays: OfferArrays, *, allow_floor: bool = False) -> tuple[F, F]:

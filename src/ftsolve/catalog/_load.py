@@ -5,15 +5,19 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-from collections.abc import Iterable, Iterator, Mapping
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ftsolve._errors import CatalogError, UnknownCatalogEntry
-from ftsolve.catalog._arrays import OfferArrays
+from ftsolve.catalog._arrays import OfferArrays, offer_arrays
+from ftsolve.catalog._columns import ColumnBuilder, OfferTable, cell_rules, encode_chunk, first_duplicate, merge_layers
 from ftsolve.catalog._models import MAX_PLAUSIBLE_DISCOUNT, GpuSpec, ModelArch, Offer, echo
 from ftsolve.catalog._presets import PRESETS
 
@@ -49,16 +53,29 @@ _OPTIONAL_OFFER_COLUMNS = (
 class Catalog(BaseModel):
     """Everything a plan is built from: GPUs, offers and model architectures."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     gpus: Mapping[str, GpuSpec]
-    offers: tuple[Offer, ...]
+    # Columns; an offer becomes an Offer object when it is read (a plan shows a few of a million).
+    offers: OfferTable
     models: Mapping[str, ModelArch]
+
+    @field_validator("offers", mode="before")
+    @classmethod
+    def _as_table(cls, value: Any) -> Any:
+        if isinstance(value, OfferTable):
+            return value
+        items = list(value)
+        for item in items:
+            if not isinstance(item, Offer):
+                raise ValueError(f"expected Offer objects, got {type(item).__name__}")
+        return OfferTable.of(items)
 
     @cached_property
     def arrays(self) -> OfferArrays:
         """Column arrays of the offers (computed once per catalog object)."""
-        return OfferArrays.of(self.offers)
+        offers = self.offers
+        return offer_arrays(offers if isinstance(offers, OfferTable) else OfferTable.of(offers))
 
     def gpu(self, name: str) -> GpuSpec:
         try:
@@ -104,26 +121,35 @@ def _table(text: str, origin: str) -> tuple[list[str], Iterator[tuple[int, dict[
     return header, rows()
 
 
-def _records(text: str, origin: str) -> Iterator[tuple[int, list[str]]]:
-    """Non-blank, non-comment CSV records, with the physical line each starts on."""
+def _records(
+    text: str | Iterable[str], origin: str, inner_comments: bool | None = None
+) -> Iterator[tuple[int, list[str]]]:
+    """Non-blank, non-comment CSV records, with the physical line each starts on (from a text, or
+    from its lines with their line ends). `inner_comments=False` says that no line after the
+    leading comments starts with '#' (a text is scanned for it), so lines need no tracking."""
     heads: list[str] = []  # first character of each physical line the reader has pulled
     preamble = 0
+    lines = iter(io.StringIO(text) if isinstance(text, str) else text)
+    first, offset = "", 0
+    for line in lines:
+        # Leading comments go before parsing: a quote in one must not open a field.
+        if not line.startswith("#"):
+            first = line
+            break
+        preamble += 1
+        offset += len(line)
+    if inner_comments is None:
+        inner_comments = "\n#" in text[offset:] if isinstance(text, str) else True
 
     def pull() -> Iterator[str]:
-        nonlocal preamble
-        lines = io.StringIO(text)
-        for line in lines:
-            # Leading comments go before parsing: a quote in one must not open a field.
-            if not line.startswith("#"):
-                heads.append("")
-                yield line
-                break
-            preamble += 1
+        heads.append("")
+        yield first
         for line in lines:
             heads.append(line[:1])
             yield line
 
-    reader = csv.reader(pull(), strict=True)
+    source: Iterator[str] = pull() if inner_comments else itertools.chain((first,) if first else (), lines)
+    reader = csv.reader(source, strict=True)
     while True:
         start = reader.line_num
         try:
@@ -132,7 +158,7 @@ def _records(text: str, origin: str) -> Iterator[tuple[int, list[str]]]:
             return
         except csv.Error as exc:
             raise CatalogError(f"{origin}: not valid CSV at line {preamble + reader.line_num} ({exc})") from None
-        if cells and heads[start] != "#":
+        if cells and (not inner_comments or heads[start] != "#"):
             yield preamble + start + 1, cells
 
 
@@ -168,19 +194,80 @@ def load_gpus() -> dict[str, GpuSpec]:
 
 def parse_offers(text: str, origin: str, gpus: Mapping[str, GpuSpec]) -> list[Offer]:
     """Parse an offers CSV in ftsolve's own format; errors name the file, row and field."""
-    header, rows = _table(text, origin)
+    return list(read_offer_table(text, origin, gpus))
+
+
+_CHUNK_ROWS = 32_768
+
+
+def read_offer_table(
+    text: str | Iterable[str], origin: str, gpus: Mapping[str, GpuSpec], inner_comments: bool | None = None
+) -> OfferTable:
+    """The offers of an offers CSV (a text, or its lines) as columns; errors name the file, row and
+    field, and are the first problem in row order, as Offer states it (see catalog/_columns.py)."""
+    records = _records(text, origin, inner_comments)
+    header = [h.strip() for h in next(records, (0, []))[1]]
+    if len(set(header)) != len(header):
+        dup = next(h for h in header if header.count(h) > 1)
+        raise CatalogError(f"{origin}: column {echo(dup)} appears twice in the header")
     missing = [c for c in OFFER_COLUMNS if c not in header]
     if missing:
         raise CatalogError(f"{origin}: missing column(s) {', '.join(missing)}; expected {', '.join(OFFER_COLUMNS)}")
-    offers: list[Offer] = []
-    seen: dict[str, int] = {}
-    for line, row in rows:
-        offers.append(_offer_from_row(row, f"{origin}, row {line}", gpus))
-        key = offers[-1].key
-        if key in seen:
-            raise CatalogError(f"{origin}, row {line}: duplicate offer {echo(key, 80)} (first at row {seen[key]})")
-        seen[key] = line
-    return offers
+    rules = cell_rules(gpus, lambda g: not hardware_gaps(g))
+    width = len(header)
+    known = [(name, i) for i, name in enumerate(header) if name in rules]
+    built = ColumnBuilder()
+    lines: list[list[int]] = []
+    rows: list[list[str]] = []
+    numbers: list[int] = []
+
+    def flush() -> None:
+        n = len(rows)
+        if not n:
+            return
+        by_column = list(zip(*rows, strict=True))
+        chunk = encode_chunk({name: by_column[i] for name, i in known}, n, rules, built.vocabs)
+        for i in np.flatnonzero(chunk.doubt).tolist():
+            where = f"{origin}, row {numbers[i]}"
+            try:
+                offer = _offer_from_row(dict(zip(header, rows[i], strict=True)), where, gpus)
+            except CatalogError:
+                built.add(chunk, i)
+                _refuse_duplicate(built.table(), [*lines, numbers[:i]], origin)
+                raise
+            chunk.set(i, offer, built.vocabs)
+        built.add(chunk)
+        lines.append(list(numbers))
+        rows.clear()
+        numbers.clear()
+
+    for number, cells in records:
+        if len(cells) != width:
+            if len(cells) > width:
+                flush()
+                _refuse_duplicate(built.table(), lines, origin)
+                raise CatalogError(
+                    f"{origin}, row {number}: {len(cells)} values for {width} columns; quote values that contain commas"
+                )
+            cells = cells + [""] * (width - len(cells))
+        rows.append(cells)
+        numbers.append(number)
+        if len(rows) == _CHUNK_ROWS:
+            flush()
+    flush()
+    table = built.table()
+    _refuse_duplicate(table, lines, origin)
+    return table
+
+
+def _refuse_duplicate(table: OfferTable, lines: Sequence[Sequence[int]], origin: str) -> None:
+    found = first_duplicate(table.keys())
+    if found is None:
+        return
+    flat = [n for part in lines for n in part]
+    pos, first = found
+    key = "/".join(str(table.values[f][table.codes[f][pos]]) for f in ("provider", "tier", "instance_type", "region"))
+    raise CatalogError(f"{origin}, row {flat[pos]}: duplicate offer {echo(key, 80)} (first at row {flat[first]})")
 
 
 _NUMBER_COLUMNS = (
@@ -321,28 +408,51 @@ def load_catalog(offers_path: str | Path | None = None, *, replace: bool = False
     Later sources override earlier offers with the same provider/tier/instance/region key; with
     `replace=True` the offers of `offers_path` are the only ones.
     """
-    from ftsolve.catalog._import import read_user_offers, user_catalog_path
+    from ftsolve.catalog._import import user_catalog_path
 
     gpus = load_gpus()
-    layers: list[list[Offer]] = []
+    layers: list[OfferTable] = []
     if not (replace and offers_path is not None):
-        layers.append(_bundled_offers(gpus))
+        layers.append(read_offer_table(_read_text("offers.csv"), "bundled offers.csv", gpus))
         user_path = user_catalog_path()
         if user and user_path.exists():
-            layers.append(read_user_offers(user_path, gpus).offers)
+            layers.append(user_offer_table(user_path, gpus))
     if offers_path is not None:
-        layers.append(read_user_offers(Path(offers_path), gpus).offers)
-    merged: dict[str, Offer] = {}
-    for layer in layers:
-        for o in layer:
-            merged.pop(o.key, None)
-            merged[o.key] = o
+        layers.append(user_offer_table(Path(offers_path), gpus))
     models = {m.name: m for m in PRESETS}
-    return Catalog(gpus=gpus, offers=tuple(merged.values()), models=models)
+    return Catalog(gpus=gpus, offers=merge_layers(layers), models=models)
 
 
-def _bundled_offers(gpus: Mapping[str, GpuSpec]) -> list[Offer]:
-    return parse_offers(_read_text("offers.csv"), "bundled offers.csv", gpus)
+def _comment_after_data(path: Path, block: int = 1 << 24) -> bool:
+    """Whether a line after the file's first line starts with '#' (a scan of its bytes): without
+    one, the reader need not track where each record starts."""
+    with open(path, "rb") as f:
+        f.readline()
+        last = b"\n"
+        while data := f.read(block):
+            if (last + data).find(b"\n#") >= 0:
+                return True
+            last = data[-1:]
+    return False
+
+
+def user_offer_table(path: Path, gpus: Mapping[str, GpuSpec]) -> OfferTable:
+    """A user's offers file as columns: a CSV is read line by line (a file of a million offers is
+    never one string in memory); YAML, and any file the streaming read cannot decode, goes through
+    read_user_offers, which reads it whole and says what is wrong with it."""
+    from ftsolve._files import OFFERS_FILE_MAX_BYTES
+    from ftsolve.catalog._import import read_user_offers
+
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        try:
+            small = path.stat().st_size <= OFFERS_FILE_MAX_BYTES
+            inner = _comment_after_data(path)
+            with open(path, encoding="utf-8-sig", newline="\n") as f:
+                if small:
+                    return read_offer_table(f, str(path), gpus, inner)
+        except (OSError, UnicodeDecodeError, MemoryError):
+            pass  # read_user_offers states the problem, as it would for any file
+    return OfferTable.of(read_user_offers(path, gpus).offers)
 
 
 def stale_offers(offers: Iterable[Offer], max_age_days: int, today: dt.date | None = None) -> list[Offer]:
@@ -354,3 +464,7 @@ def stale_offers(offers: Iterable[Offer], max_age_days: int, today: dt.date | No
 def deep_discounts(offers: Iterable[Offer], limit: float = MAX_PLAUSIBLE_DISCOUNT) -> list[Offer]:
     """Offers whose interruptible price is more than `limit` (a fraction) under their on-demand price."""
     return [o for o in offers if (o.interruptible_discount or 0.0) > limit]
+
+
+def _bundled_offers(gpus: Mapping[str, GpuSpec]) -> list[Offer]:
+    return parse_offers(_read_text("offers.csv"), "bundled offers.csv", gpus)

@@ -99,8 +99,43 @@ def echo(value: object, limit: int = 40) -> str:
     return repr(text[:limit]) + ("..." if len(text) > limit else "")
 
 
-def _is_one_line(text: str) -> bool:
-    return all(ch.isprintable() for ch in text)
+def is_one_line(text: str) -> bool:
+    """No line break or other control character (str.isprintable: every character printable)."""
+    return text.isprintable()
+
+
+# The text fields that must be one line; the column reader (catalog/_columns.py) checks the same.
+ONE_LINE_FIELDS = (
+    "provider",
+    "tier",
+    "instance_type",
+    "gpu",
+    "source_gpu_name",
+    "region",
+    "source",
+    "not_launchable_reason",
+)
+
+
+def country_code(value: str) -> str | None:
+    """An ISO 3166 alpha-2 code in upper case, None for an empty value; ValueError otherwise."""
+    code = value.strip().upper()
+    if not code:
+        return None
+    if len(code) != 2 or not (code.isascii() and code.isalpha()):
+        raise ValueError("must be a 2-letter ISO 3166 country code such as DE or US")
+    return code
+
+
+def latest_price_date() -> dt.date:
+    """The latest date a price may carry: tomorrow, for time zones ahead of this machine's; a
+    later date (9999-12-31) would only silence the staleness warning."""
+    return dt.date.today() + dt.timedelta(days=1)
+
+
+def to_usd(value: float, usd_per_unit: float) -> float:
+    """A price read in another currency, in US dollars at `usd_per_unit`."""
+    return round(value * usd_per_unit, 6)
 
 
 class Offer(_Frozen):
@@ -188,15 +223,13 @@ class Offer(_Frozen):
             if value not in (None, "") and not isinstance(value, bool):
                 # A value that is no number stays as it is: the field's own check names it.
                 with contextlib.suppress(TypeError, ValueError):
-                    out[name] = round(float(value) * rate.usd_per_unit, 6)
+                    out[name] = to_usd(float(value), rate.usd_per_unit)
         return out
 
-    @field_validator(
-        "provider", "tier", "instance_type", "gpu", "source_gpu_name", "region", "source", "not_launchable_reason"
-    )
+    @field_validator(*ONE_LINE_FIELDS)
     @classmethod
     def _one_line(cls, value: str) -> str:
-        if not _is_one_line(value):
+        if not is_one_line(value):
             raise ValueError("must be one line without control characters")
         return value
 
@@ -204,21 +237,12 @@ class Offer(_Frozen):
     @classmethod
     def _country(cls, value: object) -> object:
         # Upper case here, once: a lower-case `de` used to be stored as is and never matched --eu-only.
-        if not isinstance(value, str):
-            return value
-        code = value.strip().upper()
-        if not code:
-            return None
-        if len(code) != 2 or not (code.isascii() and code.isalpha()):
-            raise ValueError("must be a 2-letter ISO 3166 country code such as DE or US")
-        return code
+        return country_code(value) if isinstance(value, str) else value
 
     @field_validator("price_date")
     @classmethod
     def _not_in_the_future(cls, value: dt.date) -> dt.date:
-        # Tomorrow is allowed for time zones ahead of this machine's; a later date (9999-12-31) would
-        # only silence the staleness warning.
-        if value > dt.date.today() + dt.timedelta(days=1):
+        if value > latest_price_date():
             raise ValueError("must not be in the future; give the date the price was read")
         return value
 
@@ -269,6 +293,7 @@ class ModelArch(_Frozen):
         if isinstance(v, int) and not isinstance(v, bool) and v > MAX_ARCH_SIZE:
             raise ValueError(f"must be at most {MAX_ARCH_SIZE:,}")
         return v
+
     hidden_size: int = Field(gt=0)
     num_layers: int = Field(gt=0)
     num_heads: int = Field(gt=0)

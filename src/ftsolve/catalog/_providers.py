@@ -203,7 +203,12 @@ def storage_price(offer: Offer) -> tuple[float, str | None]:
     the offer's), else its provider's default, else the fallback. One order for prices and sources."""
     if offer.storage_usd_per_gb_month:
         return offer.storage_usd_per_gb_month, None
-    defaults = provider_defaults(offer.provider)
+    return provider_storage_price(offer.provider)
+
+
+def provider_storage_price(provider: str) -> tuple[float, str | None]:
+    """(USD per GB-month, its source) of storage at a provider for an offer without its own price."""
+    defaults = provider_defaults(provider)
     if defaults.storage_usd_per_gb_month is not None:
         return defaults.storage_usd_per_gb_month, defaults.storage_source
     return FALLBACK_STORAGE_USD_PER_GB_MONTH, FALLBACK_STORAGE_SOURCE

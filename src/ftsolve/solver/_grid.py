@@ -9,7 +9,7 @@ gathered from the pairs when first read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -70,7 +70,7 @@ class CandidateTable:
     """Flat arrays, one entry per candidate. Built by `build_candidates`; read-only."""
 
     job: JobSpec
-    offers: tuple[Offer, ...]
+    offers: Sequence[Offer]  # the catalog's: columns, an Offer built when read
     offer_arrays: OfferArrays  # the catalog's offer columns (index them with offer_idx)
     gpu_specs: Mapping[str, GpuSpec]
     arch: ModelArch

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from ftsolve.catalog import Catalog
+from ftsolve.catalog import Catalog, OfferTable
 from ftsolve.solver._compat import CONFIGS
 from ftsolve.solver._grid import CandidateTable, build_candidates
 from ftsolve.solver._job import MARKETS, METHODS, JobSpec
@@ -119,7 +119,7 @@ class Replan:
         self.scored: dict[str, Unpriced] = {}
         self.rows: Rows | None = None
         # The catalog the table was built from, as far as the stages before pricing read it.
-        self.catalog = Catalog.model_construct(gpus=table.gpu_specs, offers=table.offers, models={})
+        self.catalog = Catalog.model_construct(gpus=table.gpu_specs, offers=OfferTable.of(table.offers), models={})
 
     def table(self, updates: Updates) -> tuple[JobSpec, CandidateTable]:
         key = _key(updates)
@@ -167,7 +167,7 @@ class Replan:
         keep = np.flatnonzero(ok)
         if keep.size == 0:
             return None
-        offers = tuple(self.base.offers[int(i)] for i in np.unique(c.offer[keep]))
+        offers = OfferTable.of(self.base.offers[int(i)] for i in np.unique(c.offer[keep]))
         sub = Catalog.model_construct(gpus=self.base.gpu_specs, offers=offers, models={})
         narrow = {"model": self.base.arch, **_IN_SCOPE, **_narrowed(trial, c, keep)}
         return build_candidates(trial.model_copy(update=narrow), sub)
