@@ -13,7 +13,7 @@ from strategies import single_run
 
 import ftsolve
 from ftsolve import JobSpec, Offer
-from ftsolve.solver._cost import ADAPTIVE, FALLBACK, NOT_OFFERED, OD, SPOT, RunInputs, price_runs
+from ftsolve.solver._cost import ADAPTIVE, FALLBACK, NOT_OFFERED, OD, SPOT, RunCosts, RunInputs, price_runs
 from ftsolve.solver._risk import TAU_GRID_STEP, _mean_over_scale, best_interval, checkpoint_count, run_time_mean
 
 
@@ -68,13 +68,18 @@ def test_quantile_grows_with_confidence_from_the_run_without_preemptions(
     assert c2.quantile_hours[0] >= c1.quantile_hours[0] - 1e-9
 
 
+def _fallback_at(work: float, lam: float, d: float, r: float, stretch: float) -> tuple[float, RunCosts]:
+    """A deadline `stretch` times an on-demand run (plus a restart), and the static fallback priced at it."""
+    od = price_runs(_run(OD, work, lam, d, r), 0.9, None, 0, 0.05, 0.0, 0.0)
+    deadline = float(od.expected_hours[0]) * stretch + r
+    return deadline, price_runs(_run(FALLBACK, work, lam, d, r), 0.9, deadline, 0, 0.05, 0.0, 0.0)
+
+
 @given(works, rates, deltas, restarts, st.floats(1.0, 3.0))
 def test_fallback_meets_its_deadline_and_is_offered_only_when_needed(
     work: float, lam: float, d: float, r: float, stretch: float
 ) -> None:
-    od = price_runs(_run(OD, work, lam, d, r), 0.9, None, 0, 0.05, 0.0, 0.0)
-    deadline = float(od.expected_hours[0]) * stretch + r
-    fb = price_runs(_run(FALLBACK, work, lam, d, r), 0.9, deadline, 0, 0.05, 0.0, 0.0)
+    deadline, fb = _fallback_at(work, lam, d, r, stretch)
     spot = price_runs(_run(SPOT, work, lam, d, r), 0.9, deadline, 0, 0.05, 0.0, 0.0)
     if fb.spot_fraction[0] == NOT_OFFERED:
         # Interruptible capacity alone keeps the deadline: the fallback would only add cost.
@@ -242,9 +247,7 @@ def test_a_static_split_writes_the_checkpoint_it_hands_over(
 ) -> None:
     # On-demand capacity resumes from a checkpoint of the work done: the interruptible share ends
     # with a write, which an earlier model left out (0.5 h unpriced per switch at d = 0.5).
-    od = price_runs(_run(OD, work, lam, d, r), 0.9, None, 0, 0.05, 0.0, 0.0)
-    deadline = float(od.expected_hours[0]) * stretch + r
-    fb = price_runs(_run(FALLBACK, work, lam, d, r), 0.9, deadline, 0, 0.05, 0.0, 0.0)
+    _, fb = _fallback_at(work, lam, d, r, stretch)
     f = float(fb.spot_fraction[0])
     if not 0.0 < f < 1.0:
         return
