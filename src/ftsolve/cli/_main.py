@@ -64,7 +64,7 @@ def _warn_stale(result: PlanSet, max_age_days: int) -> None:
         if age > max_age_days:
             click.echo(
                 f"warning: plan {p.rank}'s price is {age} days old ({p.price_date}, {plain(p.offer.provider)}); "
-                "refresh it with `ftsolve catalog import`",
+                "refresh it with `ftsolve catalog update` or `ftsolve catalog import`",
                 err=True,
             )
 
