@@ -74,3 +74,22 @@ def test_bundled_seeweb_prices_are_read_as_euros_and_converted() -> None:
     assert seeweb and all(o.currency == "EUR" and o.price_kind == "estimate" for o in seeweb)
     for o in seeweb:
         assert o.usd_per_unit == pytest.approx(rate_on("EUR", o.price_date).usd_per_unit)
+
+
+@pytest.mark.parametrize("command", ["compare", "pareto"])
+def test_compare_and_pareto_show_costs_in_the_display_currency(command: str) -> None:
+    args = [command, "--model", "qwen3-4b", "--tokens", "10M", "--seq-len", "512", "--gpus", "h100-sxm,l40s"]
+    runner = CliRunner()
+    eur = runner.invoke(cli, [*args, "--currency", "EUR"], env={"COLUMNS": "200"})
+    usd = runner.invoke(cli, args, env={"COLUMNS": "200"})
+    assert eur.exit_code == usd.exit_code == 0, eur.output
+    assert "cost EUR" in eur.output and "cost USD" not in eur.output and "cost USD" in usd.output
+
+    def costs(out: str) -> list[float]:
+        header = next(line for line in out.splitlines() if "┃" in line and "cost" in line)
+        col = next(i for i, h in enumerate(header.split("┃")) if "cost" in h)
+        rows = [line.split("│") for line in out.splitlines() if line.startswith("│")]
+        return [float(r[col]) for r in rows if r[col].strip() not in ("", "-")]
+
+    rate = rate_on("EUR").usd_per_unit
+    assert costs(eur.output) == pytest.approx([c / rate for c in costs(usd.output)], abs=0.006)

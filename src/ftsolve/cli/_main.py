@@ -27,6 +27,7 @@ from ftsolve.cli._render import (
 )
 from ftsolve.solver import Infeasibility, JobSpec, PlanSet, plan
 from ftsolve.solver._campaign import campaign_schema
+from ftsolve.solver._money import money
 from ftsolve.solver._sweeps import compare, pareto
 
 # Command name -> "module:attribute" of the commands imported on first use.
@@ -209,7 +210,7 @@ def compare_cmd(by: str, **o: Any) -> None:
     if o["json"]:
         click.echo(json.dumps([r.model_dump() for r in rows], indent=2))
     else:
-        render_compare(rows, by)
+        render_compare(rows, by, money(job))
 
 
 @cli.command("pareto", cls=GroupedCommand)
@@ -232,7 +233,7 @@ def pareto_cmd(sweep: str, points: int, plot: Path | None, **o: Any) -> None:
     if o["json"]:
         click.echo(json.dumps([p.model_dump() for p in frontier], indent=2))
     else:
-        render_pareto(frontier, sweep)
+        render_pareto(frontier, sweep, money(job))
     if plot is not None:
         write_plot(plot, frontier, job)
         click.echo(f"wrote {plot}")

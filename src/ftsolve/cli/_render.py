@@ -23,11 +23,11 @@ from rich.text import Text
 
 from ftsolve._errors import InvalidJobSpec
 from ftsolve._files import write_atomically
-from ftsolve.catalog import Offer
+from ftsolve.catalog import Offer, rate_on
 from ftsolve.cli._common import console, plain
 from ftsolve.solver import Infeasibility, MemoryBreakdown, Plan, PlanSet
 from ftsolve.solver._job import JobSpec
-from ftsolve.solver._money import money
+from ftsolve.solver._money import Money, money
 from ftsolve.solver._pipeline import MICRO_BATCH_SPEED_TOLERANCE
 from ftsolve.solver._plans import MicroBatchChoice
 from ftsolve.solver._sweeps import CompareRow, FrontierPoint
@@ -511,9 +511,10 @@ def render_markdown(ps: PlanSet) -> str:
     return "\n".join(lines)
 
 
-def render_compare(rows: list[CompareRow], by: str) -> None:
+def render_compare(rows: list[CompareRow], by: str, m: Money | None = None) -> None:
+    m = m or Money(rate_on("USD"))
     t = Table()
-    for col in (by, "fits", "GPUs", "method", "market", "provider", "hours", "cost USD", "what stops it"):
+    for col in (by, "fits", "GPUs", "method", "market", "provider", "hours", f"cost {m.code}", "what stops it"):
         t.add_column(col)
     for r in rows:
         t.add_row(
@@ -525,18 +526,19 @@ def render_compare(rows: list[CompareRow], by: str) -> None:
                 r.market or "",
                 r.provider or "",
                 f"{r.expected_hours:.1f}" if r.expected_hours is not None else "",
-                f"{r.total_cost_usd:.2f}" if r.total_cost_usd is not None else "",
+                f"{m.value(r.total_cost_usd):.2f}" if r.total_cost_usd is not None else "",
                 r.blocked_by,
             )
         )
     console().print(t)
 
 
-def render_pareto(points: list[FrontierPoint], sweep: str) -> None:
+def render_pareto(points: list[FrontierPoint], sweep: str, m: Money | None = None) -> None:
+    m = m or Money(rate_on("USD"))
     t = Table(title=f"expected cost against finish time, sweeping the {sweep}")
     for col in (
-        f"{sweep} {'h' if sweep == 'deadline' else 'USD'}",
-        "cost USD",
+        f"{sweep} {'h' if sweep == 'deadline' else 'USD'}",  # the limits swept, as the job states them
+        f"cost {m.code}",
         "hours",
         "p-hours",
         "plan",
@@ -546,7 +548,7 @@ def render_pareto(points: list[FrontierPoint], sweep: str) -> None:
     for p in points:
         t.add_row(
             f"{p.limit:.2f}",
-            f"{p.total_cost_usd:.2f}" if p.feasible else "-",
+            f"{m.value(p.total_cost_usd):.2f}" if p.feasible and p.total_cost_usd is not None else "-",
             f"{p.expected_hours:.2f}" if p.feasible else "-",
             f"{p.quantile_hours:.2f}" if p.feasible else "-",
             plain(p.label or "no plan"),
