@@ -128,7 +128,7 @@ def test_switch_py_stops_a_static_split_at_its_step(tmp_path: Path) -> None:
     assert again.returncode == 75
 
 
-def _fake_sky(tmp_path: Path, status: str) -> tuple[dict[str, str], Path]:
+def _fake_sky(tmp_path: Path, status: str, job_log: str = "") -> tuple[dict[str, str], Path]:
     log = tmp_path / "sky.log"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -140,23 +140,33 @@ def _fake_sky(tmp_path: Path, status: str) -> tuple[dict[str, str], Path]:
         f"  name=$(grep -o -- '-n [^ ]*' {log} | head -n1 | cut -d' ' -f2)\n"
         f'  echo "[{{\\"job_name\\": \\"$name\\", \\"status\\": \\"{status}\\"}}]"\n'
         "fi\n"
+        f'if [ "$1 $2" = "jobs logs" ]; then echo {job_log!r}; fi\n'
     )
     sky.chmod(0o755)
     env = os.environ | {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FTSOLVE_POLL_S": "0"}
     return env, log
 
 
-@pytest.mark.parametrize("status", ["SUCCEEDED", "FAILED"])
-def test_launch_sh_relaunches_on_on_demand_only_when_the_interruptible_run_stops(tmp_path: Path, status: str) -> None:
+@pytest.mark.parametrize(
+    ("status", "job_log", "relaunched"),
+    [
+        ("SUCCEEDED", "", False),
+        ("FAILED", "ftsolve switch rule fired: 2.10 h lost to preemptions, more than 1.50 h", True),
+        ("FAILED", "CUDA out of memory", False),  # another failure is not the rule's: no relaunch
+    ],
+)
+def test_launch_sh_relaunches_on_on_demand_only_when_the_rule_stopped_the_run(
+    tmp_path: Path, status: str, job_log: str, relaunched: bool
+) -> None:
     folder = _folder(tmp_path, _adaptive())
-    env, log = _fake_sky(tmp_path, status)
+    env, log = _fake_sky(tmp_path, status, job_log)
     run = subprocess.run(
         ["bash", "launch.sh", "my-bucket"], cwd=folder, env=env, capture_output=True, text=True, timeout=60
     )
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == (0 if status == "SUCCEEDED" or relaunched else 1), run.stderr
     launches = [line for line in log.read_text().splitlines() if line.startswith("jobs launch")]
     assert "CHECKPOINT_BUCKET=my-bucket" in launches[0] and "--no-use-spot" not in launches[0]
-    if status == "SUCCEEDED":
+    if not relaunched:
         assert len(launches) == 1
     else:
         assert len(launches) == 2 and "--no-use-spot" in launches[1]

@@ -10,8 +10,8 @@ files beside the task:
   less the start-up and the hours the checkpointed steps stand for); for a static fallback, once a
   checkpoint at or past the switch step exists. On on-demand capacity it runs the command as is.
 - `launch.sh` launches the task as a managed job on interruptible capacity, waits for it, and
-  when it ends without success relaunches it on on-demand capacity (`--no-use-spot`), where it
-  resumes from the last checkpoint on the bucket.
+  when switch.py stopped it (its log says so) relaunches it on on-demand capacity
+  (`--no-use-spot`), where it resumes from the last checkpoint on the bucket.
 """
 
 from __future__ import annotations
@@ -178,9 +178,9 @@ if __name__ == "__main__":
 _LAUNCH = """#!/usr/bin/env bash
 # ftsolve switch rule: __RULE_WORDS__.
 # Usage, from this folder: bash launch.sh <your-bucket> [more `sky jobs launch` options]
-# Launches task.yaml as a managed job on interruptible capacity and waits for it. When it ends
-# without success (switch.py exits __EXIT__ when the rule fires), it relaunches the task on on-demand
-# capacity, which resumes from the last checkpoint on the bucket.
+# Launches task.yaml as a managed job on interruptible capacity and waits for it. When switch.py
+# stopped it (exit __EXIT__, the rule fired, as its log says), it relaunches the task on on-demand
+# capacity, which resumes from the last checkpoint on the bucket; another failure stops here.
 set -euo pipefail
 BUCKET="${1:?usage: bash launch.sh <your-bucket> [more sky jobs launch options]}"
 shift
@@ -198,6 +198,11 @@ print(jobs[0]["status"] if jobs else "PENDING")' "$NAME")
   esac
   sleep "${FTSOLVE_POLL_S:-60}"
 done
+# Only the rule's own stop moves the run; any other failure is the user's to look at.
+if ! sky jobs logs -n "$NAME" --no-follow 2>/dev/null | grep -q "ftsolve switch rule fired"; then
+  echo "ftsolve: $NAME failed ($STATUS) without the switch rule firing; see: sky jobs logs -n $NAME" >&2
+  exit 1
+fi
 echo "ftsolve: $NAME stopped on interruptible capacity ($STATUS): resuming on on-demand capacity"
 exec sky jobs launch task.yaml -n "$NAME-on-demand" -y --no-use-spot \\
   --env CHECKPOINT_BUCKET="$BUCKET" --env __CAPACITY__=on-demand "$@"
