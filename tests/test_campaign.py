@@ -582,3 +582,28 @@ def test_a_job_alone_and_as_a_campaign_of_one_agree() -> None:
     best = ftsolve.plan(job, small_catalog(), top=1).plans[0]
     result = plan_campaign(Campaign(runs=(ftsolve.Run(name="only", job=job),)), small_catalog())
     assert result.total_cost_usd == best.total_cost_usd and result.runs[0].plan.offer == best.offer
+
+
+def test_a_run_left_out_does_not_fence_the_others_in() -> None:
+    # Found by a random example: run1 may only follow run0 and is due before run0 can end, so it
+    # stays out; its precedence was enforced anyway and made the whole problem infeasible.
+    def run(name: str) -> ChoiceTable:
+        return ChoiceTable(
+            name,
+            np.array([-12, -12]),
+            np.ones(2, dtype=bool),
+            columns={
+                "cost_cents": np.array([0, 0]),
+                "duration_min": np.array([1, 1]),
+                "gpus": np.array([1, 1]),
+                "provider": np.array([0, 0]),
+            },
+            optional=True,
+        )
+
+    timeline = Timeline(horizon=5, release={"run0": 3}, due={"run1": 3}, after=(("run0", "run1"),))
+    quota = Quota("gpus", by="provider", limits={}, window=(START, "duration_min"))
+    problem = ChoiceProblem((run("run0"), run("run1")), (quota,), timeline)
+    choice = CpSatEngine().solve(problem)
+    assert choice.status == "optimal"
+    assert (choice.objective, choice.finish) == exact(_instance(problem), finish_first=False) == (-12, 4)

@@ -537,19 +537,25 @@ class _CpSatModel:
             duration.append(size)
             end.append(e)
             interval.append(model.new_interval_var(s, size, e, f"run[{t.name}]"))
+        runs: dict[int, Any] = {}
+        for k, (t, x) in enumerate(zip(self.problem.tables, self.x, strict=True)):
+            if t.optional:
+                runs[k] = model.new_bool_var(f"runs[{t.name}]")
+                model.add(runs[k] == sum(x))
+                self.holds.append((runs[k], k, list(range(len(x)))))
         index = {t.name: i for i, t in enumerate(self.problem.tables)}
         for first, then in tl.after:
-            model.add(start[index[then]] >= end[index[first]]).with_name(f"after[{first}][{then}]")
+            # A run left out waits for nothing: its precedence would only fence the others in.
+            after = model.add(start[index[then]] >= end[index[first]]).with_name(f"after[{first}][{then}]")
+            if index[then] in runs:
+                after.only_enforce_if(runs[index[then]])
         finish_max = max([tl.horizon, *(tl.release.values())])
         finish = model.new_int_var(0, finish_max, "finish")
-        for k, (t, x, e) in enumerate(zip(self.problem.tables, self.x, end, strict=True)):
+        for k, e in enumerate(end):
             # The finish is the last end of a table that runs: one that chooses no row does not.
             bound = model.add(finish >= e)
-            if t.optional:
-                runs = model.new_bool_var(f"runs[{t.name}]")
-                model.add(runs == sum(x))
-                bound.only_enforce_if(runs)
-                self.holds.append((runs, k, list(range(len(x)))))
+            if k in runs:
+                bound.only_enforce_if(runs[k])
         return _Runs(start, duration, end, interval, finish, finish_max)
 
     def _add_limit(self, lim: SharedLimit) -> None:
