@@ -70,10 +70,14 @@ class RunInputs:
     output_gb: F
     # Per-offer facts the cost items declare (_items.CostItemSpec.offer_facts), by OfferArrays column.
     offer_facts: Mapping[str, F] = field(default_factory=dict)
+    # One optimizer step in hours: a checkpoint can only be written between steps, so no interval
+    # is shorter (None: no floor).
+    step_h: F | None = None
 
     def take(self, idx: I) -> RunInputs:
-        cols = {f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "offer_facts"}
-        return RunInputs(**cols, offer_facts={k: v[idx] for k, v in self.offer_facts.items()})
+        cols = {f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name not in ("offer_facts", "step_h")}
+        step = None if self.step_h is None else self.step_h[idx]
+        return RunInputs(**cols, offer_facts={k: v[idx] for k, v in self.offer_facts.items()}, step_h=step)
 
 
 @dataclass(frozen=True)
@@ -129,10 +133,12 @@ class Timing:
     ckpt_write_h: F
     final_save_h: F
     rate: F
+    step_h: F  # the shortest checkpoint interval: one optimizer step (0: none)
 
     @classmethod
     def of(cls, r: RunInputs) -> Timing:
-        return cls(*(getattr(r, f.name) for f in fields(cls)))
+        step = r.step_h if r.step_h is not None else np.zeros(r.work_h.shape[0])
+        return cls(**{f.name: getattr(r, f.name) for f in fields(cls) if f.name != "step_h"}, step_h=step)
 
     def take(self, idx: I) -> Timing:
         return Timing(*(getattr(self, f.name)[idx] for f in fields(self)))
@@ -145,7 +151,7 @@ def spot_phase(work: F, r: Timing, confidence: float, handover: B | None = None)
     which needs a checkpoint of the work done: the last segment ends with a write too.
     """
     tail = np.where(handover, r.ckpt_write_h, 0.0) if handover is not None else 0.0
-    tau, mean, quantile = phase_quantiles(work, r.rate, r.ckpt_write_h, r.restart_h, confidence, tail)
+    tau, mean, quantile = phase_quantiles(work, r.rate, r.ckpt_write_h, r.restart_h, confidence, tail, r.step_h)
     writes = checkpoint_count(work, tau) * r.ckpt_write_h + tail
     return tau, mean, quantile, writes
 
@@ -295,8 +301,9 @@ def _spot_phases(
     """The interruptible phase of every candidate, computed once per distinct time inputs (many
     candidates share them: the same hardware and configuration at many prices)."""
     if same_time_as is None:
-        cols = [r.market.astype(np.float64), r.work_h, r.startup_h, r.restart_h, r.ckpt_write_h, r.final_save_h, r.rate]
-        first, inverse = unique_rows(np.stack(cols, axis=1))
+        t = Timing.of(r)
+        cols = [t.market.astype(np.float64), t.work_h, t.startup_h, t.restart_h, t.ckpt_write_h, t.final_save_h]
+        first, inverse = unique_rows(np.stack([*cols, t.rate, t.step_h], axis=1))
     else:
         first, inverse = _representatives(same_time_as)
     reps = Timing.of(r).take(first)
@@ -452,7 +459,7 @@ def _budget_phase(r: Timing, phase: SpotPhase, q: float) -> None:
     ad = np.flatnonzero(on & (r.market == ADAPTIVE))
     if ad.size:
         sub = r.take(ad)
-        _, _, whole = phase_quantiles(sub.work_h, sub.rate, sub.ckpt_write_h, sub.restart_h, q)
+        _, _, whole = phase_quantiles(sub.work_h, sub.rate, sub.ckpt_write_h, sub.restart_h, q, 0.0, sub.step_h)
         tau = phase.interval_h[ad]
         seg = Segments.of(sub.work_h, sub.rate, tau, sub.ckpt_write_h, sub.restart_h)
         limit = sub.work_h + seg.n * sub.ckpt_write_h + phase.threshold_h[ad]
@@ -489,7 +496,7 @@ def _adaptive(r: Timing, rows: I, phase: SpotPhase, confidence: float, deadline:
     if not keep.any():
         return
     rows, sub, slack = rows[keep], sub.take(np.flatnonzero(keep)), slack[keep]
-    a = adaptive_phase(sub.work_h, sub.rate, sub.ckpt_write_h, sub.restart_h, slack, confidence)
+    a = adaptive_phase(sub.work_h, sub.rate, sub.ckpt_write_h, sub.restart_h, slack, confidence, sub.step_h)
     ok = a.offered & (a.quantile_h <= slack + sub.restart_h + sub.work_h + 1e-9)
     phase.fraction[rows] = np.where(ok, a.spot_work_h / np.maximum(sub.work_h, 1e-12), NOT_OFFERED)
     phase.interval_h[rows], phase.mean_h[rows], phase.writes_h[rows] = a.interval_h, a.spot_h, a.writes_h

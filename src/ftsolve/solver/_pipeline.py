@@ -558,6 +558,7 @@ def run_inputs(
         egress_usd_per_gb=arr.egress_usd_per_gb[offer],
         output_gb=final_bytes / 1e9,
         offer_facts={name: getattr(arr, name)[offer] for name in item_offer_facts()},
+        step_h=physics.step.step_s[c.pair[idx]] / 3600.0,
     )
     return Runs(startup_h, rate, idx, inputs)
 

@@ -132,9 +132,10 @@ def _candidate_intervals(w: F, lam: F, d: F) -> F:
     return out
 
 
-def _interval(w: F, lam: F, d: F) -> F:
-    """The candidate interval of least expected time, per row (columns of shape (m, 1))."""
-    taus = np.minimum(_candidate_intervals(w, lam, d), w)
+def _interval(w: F, lam: F, d: F, step: F | float = 0.0) -> F:
+    """The candidate interval of least expected time, per row (columns of shape (m, 1)); none is
+    shorter than one optimizer step (`step`): checkpoints fall between steps."""
+    taus = np.maximum(np.minimum(_candidate_intervals(w, lam, d), w), np.minimum(step, w))
     i = np.argmin(_mean_over_scale(w, lam, taus, d), axis=1)[:, None]
     out: F = np.take_along_axis(taus, i, axis=1)[:, 0]
     return out
@@ -160,13 +161,20 @@ def _distinct(*columns: F) -> tuple[I, list[F]]:
 
 
 def phase_quantiles(
-    work_h: F, lam: F, ckpt_write_h: F, restart_h: F, confidence: float, tail_h: F | float = 0.0
+    work_h: F,
+    lam: F,
+    ckpt_write_h: F,
+    restart_h: F,
+    confidence: float,
+    tail_h: F | float = 0.0,
+    step_h: F | float = 0.0,
 ) -> tuple[F, F, F]:
     """(checkpoint interval, mean and `confidence`-quantile of the wall time) to finish `work_h`
     hours on interruptible capacity (`tail_h`: a write ending the last segment, see
     run_time_mean); once per distinct row."""
-    rows, (w, la, d, r, t) = _distinct(work_h, lam, ckpt_write_h, restart_h, np.asarray(tail_h, dtype=np.float64))
-    tau = _interval(w[:, None], la[:, None], d[:, None])
+    tail, step = np.asarray(tail_h, dtype=np.float64), np.asarray(step_h, dtype=np.float64)
+    rows, (w, la, d, r, t, m) = _distinct(work_h, lam, ckpt_write_h, restart_h, tail, step)
+    tau = _interval(w[:, None], la[:, None], d[:, None], m[:, None])
     mean = run_time_mean(w, la, tau, d, r, t)
     seg = Segments.of(w, la, tau, d, r, t)
     quantile = w + seg.n * d + t + excess_quantile(seg, confidence)
@@ -733,7 +741,9 @@ class AdaptivePhase:
 _SLACK_STEPS = 6
 
 
-def adaptive_phase(work_h: F, lam: F, write_h: F, restart_h: F, slack_h: F, confidence: float) -> AdaptivePhase:
+def adaptive_phase(
+    work_h: F, lam: F, write_h: F, restart_h: F, slack_h: F, confidence: float, step_h: F | float = 0.0
+) -> AdaptivePhase:
     """The adaptive policy for `work_h` hours when an on-demand run from the start would finish
     `slack_h` hours before the deadline (after one restart); once per distinct row.
 
@@ -742,8 +752,10 @@ def adaptive_phase(work_h: F, lam: F, write_h: F, restart_h: F, slack_h: F, conf
     δ + nδ], beyond which even the switched runs end late) with which the real deadline is still
     met at the confidence. Runs that switch late may then miss it, at most 1 - confidence of them.
     """
-    rows, (w, la, d, r, s0) = _distinct(work_h, lam, write_h, restart_h, slack_h)
-    tau = _interval(w[:, None], la[:, None], d[:, None])
+    rows, (w, la, d, r, s0, m) = _distinct(
+        work_h, lam, write_h, restart_h, slack_h, np.asarray(step_h, dtype=np.float64)
+    )
+    tau = _interval(w[:, None], la[:, None], d[:, None], m[:, None])
     seg = Segments.of(w, la, tau, d, r)
     target = min(confidence + _SWITCH_MARGIN, 1.0)
     lo, hi = s0.copy(), s0 + r + seg.top + seg.n * d
@@ -810,9 +822,7 @@ def adaptive_at(work_h: F, lam: F, write_h: F, restart_h: F, slack_h: F, tau_h: 
     return RuleOutcome(finish.no_switch, spot_h, spot_work, writes, np.clip(finish.value, 0.0, 1.0))
 
 
-def phase_at(
-    work_h: F, lam: F, tau_h: F, write_h: F, restart_h: F, end_h: F, tail_h: F | float = 0.0
-) -> tuple[F, F]:
+def phase_at(work_h: F, lam: F, tau_h: F, write_h: F, restart_h: F, end_h: F, tail_h: F | float = 0.0) -> tuple[F, F]:
     """(expected wall hours, P(done within `end_h` hours)) of an interruptible phase with the
     interval as planned, if preemptions come at rate `lam` (`tail_h` as in phase_quantiles)."""
     seg = Segments.of(work_h, lam, tau_h, write_h, restart_h, tail_h)
