@@ -184,8 +184,9 @@ def _rate_sensitivity(job: JobSpec, t: CandidateTable, i: int) -> tuple[RateCase
         **{f.name: getattr(t.run_costs, f.name)[one] for f in fields(RunCosts) if f.name != "items_cents"},
     )
     end_h = job.deadline_hours if job.deadline_hours is not None else float(t.quantile_hours[i])
+    inputs = t.run_inputs.take(np.array([row]))
     cases = rate_sensitivity(
-        t.run_inputs.take(np.array([row])), costs, end_h, job.trial_runs, job.trial_fraction, job.failure_probability
+        inputs, costs, end_h, job.trial_runs, job.trial_fraction, job.failure_probability, job.retention_days
     )
     return tuple(
         RateCase(

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 from numpy.typing import NDArray
 
-from ftsolve.solver import _coefficients as k
 from ftsolve.solver import _items
 from ftsolve.solver._items import Spend
 from ftsolve.solver._risk import Segments, adaptive_at, adaptive_phase, checkpoint_count, phase_at, phase_quantiles
@@ -244,7 +243,7 @@ def _budget_spend(s: Spend, phase: SpotPhase, expected_run: F) -> Spend:
     adaptive = s.on_spot & (r.market == ADAPTIVE)
     worst = phase.budget_switched
     writes = np.where(adaptive, checkpoint_count(r.work_h, phase.interval_h) * r.ckpt_write_h, s.checkpoint_writes_h)
-    step = np.where(r.per_hour_billing, 1.0, np.where(r.per_minute_billing, 1.0 / 60.0, 0.0))
+    step = _billing_step(r)
     stays_spot = adaptive & ~worst  # an adaptive run that does not switch: interruptible only
     spot_work = np.where(adaptive, r.work_h, s.spot_work_h)
     run_h = r.startup_h + phase.budget_h + np.where(worst, r.restart_h + r.work_h, 0.0) + r.final_save_h
@@ -314,6 +313,12 @@ def _spot_phases(
     return part.take(inverse)
 
 
+def _billing_step(r: RunInputs) -> F:
+    """The hours each offer bills on-demand use in: 1, 1/60, or 0 for per-second billing."""
+    out: F = np.where(r.per_hour_billing, 1.0, np.where(r.per_minute_billing, 1.0 / 60.0, 0.0))
+    return out
+
+
 def _rounding(r: RunInputs, od_h: F) -> F:
     """Hours billed beyond `od_h` of on-demand use by the provider's granularity."""
     out: F = np.where(
@@ -351,7 +356,7 @@ def _spend(
     # An adaptive run uses on-demand capacity only when it switches, for a time that varies: half
     # the billing step then, on average.
     varies = r.market == ADAPTIVE
-    step = np.where(r.per_hour_billing, 1.0, np.where(r.per_minute_billing, 1.0 / 60.0, 0.0))
+    step = _billing_step(r)
     rounding = np.where(varies, 0.5 * step * phase.switch, _rounding(r, od_h))
     run_usd = spot_h * spot_rate + (od_h + rounding) * od_rate
     per_hour = np.where(expected_run > 0, run_usd / np.maximum(expected_run, 1e-12), 0.0)
@@ -550,52 +555,56 @@ class RateCase:
 
 
 def rate_sensitivity(
-    r: RunInputs, planned: RunCosts, deadline_h: float, trials: int, trial_fraction: float, failure_p: float
+    r: RunInputs,
+    planned: RunCosts,
+    deadline_h: float,
+    trials: int,
+    trial_fraction: float,
+    failure_p: float,
+    retention_days: float,
 ) -> list[RateCase]:
     """One candidate (`r` and `planned`, one row each) at half, the same and double its rate.
 
-    The run's spend is recomputed with the rate changed (exact for the model: phase_at,
-    adaptive_at); trials, failed attempts and storage follow the run's cost and hours as they do
-    in pricing. `deadline_h`: the job's deadline, or the quoted finish where there is none.
+    The interruptible phase is recomputed with the rate changed and the plan as planned (its
+    interval, share and switch rule; exact for the model: phase_at, adaptive_at), then priced by
+    the cost items like any run. `deadline_h`: the job's deadline, or the quoted finish where there
+    is none.
     """
     reserve = trials * (r.startup_h + trial_fraction * (r.work_h + r.final_save_h))
-    scale = 1.0 + trials * trial_fraction + 0.5 * failure_p / (1.0 - failure_p)
-    storage_per_h = float((r.volume_gb * r.storage_usd_per_gb_month / k.HOURS_PER_MONTH)[0])
-    factors = np.array(_RATE_FACTORS)
-    usd, hours, meets = _spend_at(r, planned, factors, deadline_h - float(reserve[0]))
-    base = _RATE_FACTORS.index(1.0)
-    extra = (usd - usd[base] + storage_per_h * (hours - hours[base])) * scale
-    cost = int(planned.total_cents[0]) / 100 + extra
+    one = np.zeros(len(_RATE_FACTORS), dtype=np.int64)
+    rows = r.take(one)
+    rows = dataclasses.replace(rows, rate=rows.rate * np.array(_RATE_FACTORS))
+    phase, meets = _phase_at(rows, planned, deadline_h - float(reserve[0]))
+    s, _, _ = _spend(rows, phase, trials, trial_fraction, failure_p, retention_days)
+    cents = _sum_items(_item_cents(s))
     return [
-        RateCase(f, float(r.rate[0]) * f, round(max(float(c), 0.0), 2), float(m))
-        for f, c, m in zip(_RATE_FACTORS, cost, meets, strict=True)
+        RateCase(f, float(lam), int(c) / 100, float(m))
+        for f, lam, c, m in zip(_RATE_FACTORS, rows.rate, cents, meets, strict=True)
     ]
 
 
 _RATE_FACTORS = (0.5, 1.0, 2.0)
 
 
-def _spend_at(r: RunInputs, planned: RunCosts, factors: F, end_h: float) -> tuple[F, F, F]:
-    """(run USD, run hours, P(the run ends within end_h)) of the candidate (one row) at each of
-    `factors` times its rate, in one pass."""
-    one = np.zeros(factors.shape[0], dtype=np.int64)
-    r, lam = r.take(one), r.rate[one] * factors
-    f, tau = np.maximum(planned.spot_fraction[one], 0.0), planned.checkpoint_interval_h[one]
-    theta = planned.switch_threshold_h[one]
-    ps, po = np.nan_to_num(r.spot_usd_per_h), np.nan_to_num(r.od_usd_per_h)
+def _phase_at(r: RunInputs, planned: RunCosts, end_h: float) -> tuple[SpotPhase, F]:
+    """The interruptible phase of each row (one candidate at several rates) with the plan's
+    interval, share and switch rule, and P(the run ends within end_h)."""
+    n = r.work_h.shape[0]
+    f = np.full(n, max(float(planned.spot_fraction[0]), 0.0))
+    tau, theta = np.full(n, planned.checkpoint_interval_h[0]), np.full(n, planned.switch_threshold_h[0])
+    nan = np.full(n, np.nan)
     if r.market[0] == ADAPTIVE and np.isfinite(theta[0]):  # without a deadline it never switches
         slack = end_h - r.startup_h - r.restart_h - r.work_h - r.final_save_h
-        out = adaptive_at(r.work_h, lam, r.ckpt_write_h, r.restart_h, slack, tau, theta)
-        spot_h = r.startup_h + out.spot_h + out.no_switch * r.final_save_h
-        od_h = (1.0 - out.no_switch) * (r.restart_h + r.final_save_h) + r.work_h - out.spot_work_h
-        meets = out.meets
+        out = adaptive_at(r.work_h, r.rate, r.ckpt_write_h, r.restart_h, slack, tau, theta)
+        fraction, mean, writes, meets = out.spot_work_h / r.work_h, out.spot_h, out.writes_h, out.meets
+        switch = 1.0 - out.no_switch
     else:
         work = f * r.work_h
         tail = np.where(f < 1.0, r.restart_h + r.work_h - work, 0.0)  # the planned on-demand rest
         handover = np.where(f < 1.0, r.ckpt_write_h, 0.0)
         end = end_h - r.startup_h - r.final_save_h - tail
-        mean, meets = phase_at(work, lam, tau, r.ckpt_write_h, r.restart_h, end, handover)
-        spot_h = r.startup_h + mean + np.where(f < 1.0, 0.0, r.final_save_h)
-        od_h = np.where(f < 1.0, tail + r.final_save_h, 0.0)
-    usd: F = spot_h * ps + od_h * po
-    return usd, spot_h + od_h, np.clip(meets, 0.0, 1.0)
+        mean, meets = phase_at(work, r.rate, tau, r.ckpt_write_h, r.restart_h, end, handover)
+        fraction, switch = f, (f < 1.0).astype(np.float64)
+        writes = checkpoint_count(work, tau) * r.ckpt_write_h + handover
+    phase = SpotPhase(fraction, tau, mean, nan, writes, switch, theta, mean, np.zeros(n, dtype=bool))
+    return phase, np.clip(meets, 0.0, 1.0)
