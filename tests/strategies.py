@@ -113,3 +113,22 @@ def single_run(
         egress_usd_per_gb=one(egress_usd_per_gb),
         output_gb=one(output_gb),
     )
+
+
+def priced_offer(spot: float, od: float, rate: float | None = None) -> Offer:
+    """One H100 offer at these per-GPU-hour prices and interruption rate (None: the provider's)."""
+    return Offer(
+        provider="acme",
+        tier="t",
+        instance_type="x1",
+        gpu="h100-sxm",
+        source_gpu_name="H100",
+        gpus_per_node=1,
+        on_demand_usd_per_gpu_hour=od,
+        interruptible_usd_per_gpu_hour=spot,
+        billing="per-second",
+        region="r",
+        price_date=dt.date(2026, 10, 1),
+        source="test",
+        interruption_rate_per_hour=rate,
+    )

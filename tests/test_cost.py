@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
-from strategies import single_run
+from strategies import priced_offer, single_run
 
 import ftsolve
-from ftsolve import JobSpec, Offer
+from ftsolve import JobSpec
 from ftsolve.solver._cost import ADAPTIVE, FALLBACK, NOT_OFFERED, OD, SPOT, RunCosts, RunInputs, price_runs
 from ftsolve.solver._risk import TAU_GRID_STEP, _mean_over_scale, best_interval, checkpoint_count, run_time_mean
 
@@ -98,28 +96,10 @@ def test_cost_items_sum_to_the_total(work: float, lam: float, d: float, r: float
         assert sum(int(v[0]) for v in c.items_cents.values()) == int(c.total_cents[0])
 
 
-def _offer(spot: float, od: float, rate: float | None = None) -> Offer:
-    return Offer(
-        provider="acme",
-        tier="t",
-        instance_type="x1",
-        gpu="h100-sxm",
-        source_gpu_name="H100",
-        gpus_per_node=1,
-        on_demand_usd_per_gpu_hour=od,
-        interruptible_usd_per_gpu_hour=spot,
-        billing="per-second",
-        region="r",
-        price_date=dt.date(2026, 10, 1),
-        source="test",
-        interruption_rate_per_hour=rate,
-    )
-
-
 @given(st.floats(0.05, 2.0), st.floats(0.1, 0.9), st.floats(1.0, 1.6))
 def test_on_demand_wins_when_slack_is_below_expected_rework(rate: float, discount: float, stretch: float) -> None:
     base = ftsolve.load_catalog()
-    cat = ftsolve.Catalog(gpus=base.gpus, offers=(_offer(3.0 * discount, 3.0, rate),), models=base.models)
+    cat = ftsolve.Catalog(gpus=base.gpus, offers=(priced_offer(3.0 * discount, 3.0, rate),), models=base.models)
     free = JobSpec(
         model="llama-3.2-1b",
         train_tokens=200_000_000,
@@ -178,7 +158,7 @@ def test_every_cost_line_of_a_plan_names_its_price_date_and_source() -> None:
 
 def test_fallback_appears_when_only_on_demand_would_meet_the_deadline() -> None:
     base = ftsolve.load_catalog()
-    cat = ftsolve.Catalog(gpus=base.gpus, offers=(_offer(0.9, 3.0, 0.5),), models=base.models)
+    cat = ftsolve.Catalog(gpus=base.gpus, offers=(priced_offer(0.9, 3.0, 0.5),), models=base.models)
     free = JobSpec(
         model="llama-3.2-1b",
         train_tokens=300_000_000,

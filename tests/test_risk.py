@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
-from strategies import single_run
+from strategies import priced_offer, single_run
 
 import ftsolve
 from ftsolve import JobSpec, Offer
@@ -191,27 +191,9 @@ def test_of_a_static_and_an_adaptive_fallback_with_the_same_inputs_the_dearer_is
     assert together.spot_fraction[1 - dearer] > 0
 
 
-def _offer(spot: float, od: float, rate: float) -> Offer:
-    return Offer(
-        provider="acme",
-        tier="t",
-        instance_type="x1",
-        gpu="h100-sxm",
-        source_gpu_name="H100",
-        gpus_per_node=1,
-        on_demand_usd_per_gpu_hour=od,
-        interruptible_usd_per_gpu_hour=spot,
-        billing="per-second",
-        region="r",
-        price_date=dt.date(2026, 10, 1),
-        source="test",
-        interruption_rate_per_hour=rate,
-    )
-
-
 def test_an_adaptive_plan_is_chosen_where_it_is_cheapest_and_stays_valid() -> None:
     base = ftsolve.load_catalog()
-    cat = ftsolve.Catalog(gpus=base.gpus, offers=(_offer(0.9, 3.0, 0.5),), models=base.models)
+    cat = ftsolve.Catalog(gpus=base.gpus, offers=(priced_offer(0.9, 3.0, 0.5),), models=base.models)
     free = JobSpec(model="llama-3.2-1b", train_tokens=300_000_000, seq_len=2048, methods=("lora",), max_gpus=1)
     spot = ftsolve.plan(free.model_copy(update={"markets": ("interruptible",)}), cat, top=1).plans[0]
     od = ftsolve.plan(free.model_copy(update={"markets": ("on-demand",)}), cat, top=1).plans[0]
