@@ -107,3 +107,14 @@ def test_plan_takes_the_stack() -> None:
     r_unsloth = CliRunner().invoke(cli, [*args, "--stack", "unsloth"])
     assert r_hf.exit_code == 0 and r_unsloth.exit_code == 0, r_unsloth.output
     assert r_hf.output != r_unsloth.output
+
+
+def test_a_torchtune_job_is_never_planned_on_a_gpu_without_bf16() -> None:
+    # torchtune's recipes raise on fp16 (Stack.requires_bf16); the same job on the hf stack may
+    # take the V100, which trains in fp16.
+    job = ftsolve.JobSpec(model="qwen2.5-0.5b", train_tokens=1_000_000, seq_len=1024, gpus=("v100-sxm2-16gb",))
+    assert ftsolve.plan(job, top=1).plans
+    with pytest.raises(ftsolve.NoFeasiblePlan, match="compatibility rules out all"):
+        ftsolve.plan(job.model_copy(update={"stack": "torchtune"}), top=1)
+    both = job.model_copy(update={"stack": "torchtune", "gpus": ("v100-sxm2-16gb", "a100-sxm-40gb")})
+    assert {p.gpu for p in ftsolve.plan(both, top=20).plans} == {"a100-sxm-40gb"}

@@ -31,6 +31,7 @@ from ftsolve.solver._plans import (
     RateCase,
     TimeBreakdown,
 )
+from ftsolve.solver._stacks import STACKS
 
 
 def plan(
@@ -374,7 +375,13 @@ def _unsupported(t: CandidateTable, rows: NDArray[np.int64]) -> str:
         return "more GPUs than your quota allows"
     spec = t.gpu_specs[t.offers[int(t.offer_idx[rows[0]])].gpu]
     timed = spec.tensor_tflops is not None and spec.memory_bandwidth_gb_per_s is not None
-    on_gpu = OnGpu(t.quant[rows], np.full(rows.shape, spec.vendor == "nvidia"), np.full(rows.shape, timed))
+    on_gpu = OnGpu(
+        t.quant[rows],
+        np.full(rows.shape, spec.vendor == "nvidia"),
+        np.full(rows.shape, timed),
+        spec.supports_bf16,
+        STACKS[t.job.stack].requires_bf16,
+    )
     broken = [rule.reason for rule in GPU_RULES + TIMING_RULES if not rule.holds(on_gpu).any()]
     return "; ".join(broken) if broken else "not supported on this GPU"
 

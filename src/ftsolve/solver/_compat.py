@@ -58,6 +58,8 @@ class OnGpu:
     quant: I
     nvidia: B
     timed: B  # the catalog has the GPU's tensor peak and memory bandwidth
+    bf16: B | bool = True  # the GPU computes in bf16
+    needs_bf16: bool = False  # the stack refuses fp16 (Stack.requires_bf16)
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,11 @@ GPU_RULES: tuple[Rule[OnGpu], ...] = (
         "quantized_kernels",
         "int8 and 4-bit bases need bitsandbytes or GPTQ CUDA kernels: NVIDIA GPUs only",
         lambda g: g.nvidia | (g.quant == Q16),
+    ),
+    Rule(
+        "bf16",
+        "the stack's recipes refuse fp16 and this GPU has no bf16 (torchtune)",
+        lambda g: np.asarray(g.bf16) | (not g.needs_bf16),
     ),
 )
 # What the catalog must know of a GPU to time a setup on it (a time estimate and the table).

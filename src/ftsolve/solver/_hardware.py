@@ -36,6 +36,7 @@ class Hardware:
     bus_gb_per_s: F
     nvidia: B
     timed: B  # the catalog knows the tensor peak and the memory bandwidth
+    bf16: B
 
     def __len__(self) -> int:
         return int(self.gpu.shape[0])
@@ -69,4 +70,5 @@ def hardware(specs: Sequence[GpuSpec], gpu: I, n_gpus: I, nodes: I, inter_node_g
         bus_gb_per_s=bus_gb_per_s(intra[gpu], nodes, inter_node_gbit),
         nvidia=per_gpu([g.vendor == "nvidia" for g in specs], bool),
         timed=per_gpu([g.tensor_tflops is not None and g.memory_bandwidth_gb_per_s is not None for g in specs], bool),
+        bf16=per_gpu([g.supports_bf16 for g in specs], bool),
     )

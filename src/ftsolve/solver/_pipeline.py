@@ -43,6 +43,7 @@ from ftsolve.solver._memory import (
     unsharded_gradient_bytes,
 )
 from ftsolve.solver._rows import unique_rows
+from ftsolve.solver._stacks import STACKS
 from ftsolve.solver._throughput import StepTime, flops_per_token, step_time
 
 F = NDArray[np.float64]
@@ -320,7 +321,8 @@ def pair_physics(job: JobSpec, opts: MemoryOptions, sizes: ModelSizes, hw: Hardw
     hi, ti = np.nonzero(wanted & holds_all(SETUP_RULES, setup))
     index = np.full((len(hw), len(CONFIGS)), -1, dtype=np.int64)
     index[hi, ti] = np.arange(hi.shape[0])
-    compatible = holds_all(GPU_RULES + TIMING_RULES, OnGpu(cq[ti], hw.nvidia[hi], hw.timed[hi]))
+    on_gpu = OnGpu(cq[ti], hw.nvidia[hi], hw.timed[hi], hw.bf16[hi], STACKS[job.stack].requires_bf16)
+    compatible = holds_all(GPU_RULES + TIMING_RULES, on_gpu)
     fix = pair_corrections(job, opts, hw, hi, CONFIGS[ti])  # the user's measured runs (ftsolve calibrate)
     memory = _fit_memory(job, opts, sizes, hw.usable_bytes[hi], CONFIGS[ti], hw.n_gpus[hi], fix)
     largest = memory.micro_batch

@@ -54,6 +54,7 @@ class Stack:
     activation_offload: bool = False
     compile: bool = False
     fsdp_unsharded_accumulation: bool = True  # no_sync() keeps gradients whole between syncs
+    requires_bf16: bool = False  # its recipes refuse fp16: GPUs without bf16 cannot run it
     sources: tuple[tuple[str, str], ...] = ()  # (fact, where the stack's source shows it)
 
 
@@ -126,7 +127,13 @@ STACKS: dict[str, Stack] = {
             "bf16",
             gradient_checkpointing=True,
             fsdp_unsharded_accumulation=False,
+            requires_bf16=True,
             sources=(
+                (
+                    "fp16 refused: bf16 or fp32 only",
+                    "pytorch/torchtune recipes/lora_finetune_single_device.py (and every recipe): "
+                    '`if self._dtype == torch.float16: raise ValueError("full fp16 training is not supported")`',
+                ),
                 (
                     "chunked cross-entropy over 8 output chunks",
                     "pytorch/torchtune torchtune/modules/loss/ce_chunked_output_loss.py "
