@@ -270,6 +270,9 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         # to lora_dropout 0.05; none of the rows states another value.
         lora_dropout=0.05 if method != "full" else 0.0,
         quant_kernel="gptq" if "gptq" in row["weight_precision"].lower() else "bitsandbytes",
+        # Qwen's finetune/ds_config_zero2.json sets reduce_bucket_size 2e8 (its ZeRO-3 config
+        # leaves "auto", as ms-swift's do).
+        deepspeed_bucket_elements=2e8 if src == "qwen_readme_profiling" and sharding == "zero2" else None,
     )
     precision = "int8" if "int8" in row["weight_precision"] else "nf4" if method == "qlora" else "16-bit"
     micro = int(float(row["micro_batch_size"]))

@@ -161,7 +161,6 @@ NAMES = (
     "UTILIZATION_BY_ARCH[Ampere]",
     "UTILIZATION_BY_ARCH[Hopper]",
     "PER_LAYER_PASS_S",
-    "DEQUANT_BYTES_PER_PARAM[gptq]",
     "ZERO_LAYER_PASS_S",
 )
 
@@ -171,15 +170,15 @@ class Coefficients:
     """The fitted throughput constants as the linear model sees them: seconds per unit of each
     feature (1/utilization for the compute columns)."""
 
-    per_feature: tuple[float, float, float, float, float]
+    per_feature: tuple[float, float, float, float]
 
     @classmethod
     def physical(cls) -> Coefficients:
         """Values before any data informs them (used for what a fold's sources cannot inform):
         physics.md §8 utilization 0.50 on Ampere and 0.42 on Hopper (mid of the published MFU
-        ranges), about 20 kernel launches of 10 µs per layer and pass, no ZeRO hook latency, and
-        GPTQ dequantization at the bitsandbytes traffic (4.5 B/param)."""
-        return cls((1 / 0.50, 1 / 0.42, 2e-4, 4.5, 0.0))
+        ranges), about 20 kernel launches of 10 µs per layer and pass, no ZeRO hook latency.
+        Dequantization is not fitted: its traffic is derived per kernel (DEQUANT_BYTES_PER_PARAM)."""
+        return cls((1 / 0.50, 1 / 0.42, 2e-4, 0.0))
 
     @classmethod
     def current(cls) -> Coefficients:
@@ -189,7 +188,6 @@ class Coefficients:
                 1 / u["Ampere"].value,
                 1 / u["Hopper"].value,
                 k.PER_LAYER_PASS_S.value,
-                k.DEQUANT_BYTES_PER_PARAM["gptq"].value,
                 k.ZERO_LAYER_PASS_S.value,
             )
         )
@@ -204,28 +202,30 @@ class Features:
 
 def _features(c: Case) -> Features:
     """Linear features of the step time: compute at u=1 on Ampere and on Hopper, layer passes,
-    GPTQ dequantization seconds per byte/param, ZeRO hooks; plus the fixed seconds."""
+    ZeRO hooks; plus the fixed seconds (communication, optimizer, and dequantization at its
+    derived traffic)."""
     saved = (k.PER_LAYER_PASS_S, dict(k.DEQUANT_BYTES_PER_PARAM), k.ZERO_LAYER_PASS_S)
 
-    def run(launch: float, dequant: float, zero: float) -> TimeEstimate:
+    def run(launch: float, zero: float, dequant: bool = False) -> TimeEstimate:
         k.PER_LAYER_PASS_S = replace(saved[0], value=launch)
-        k.DEQUANT_BYTES_PER_PARAM["gptq"] = replace(saved[1]["gptq"], value=dequant)
         k.ZERO_LAYER_PASS_S = replace(saved[2], value=zero)
+        for kernel, coef in saved[1].items():
+            k.DEQUANT_BYTES_PER_PARAM[kernel] = coef if dequant else replace(coef, value=0.0)
         return _estimator(c)(utilization=1.0)
 
     try:
-        base = run(0.0, 0.0, 0.0)
-        launch = run(1.0, 0.0, 0.0).compute_s - base.compute_s
-        dq = run(0.0, 1.0, 0.0).compute_s - base.compute_s
-        zero = run(0.0, 0.0, 1.0).compute_s - base.compute_s
+        base = run(0.0, 0.0)
+        launch = run(1.0, 0.0).compute_s - base.compute_s
+        zero = run(0.0, 1.0).compute_s - base.compute_s
+        dequant = run(0.0, 0.0, dequant=True).compute_s - base.compute_s
     finally:
         k.PER_LAYER_PASS_S, k.ZERO_LAYER_PASS_S = saved[0], saved[2]
         k.DEQUANT_BYTES_PER_PARAM.update(saved[1])
     hopper = c.gpu.startswith("h100")
     compute = base.compute_s
-    x = np.array([0.0 if hopper else compute, compute if hopper else 0.0, launch, dq, zero])
+    x = np.array([0.0 if hopper else compute, compute if hopper else 0.0, launch, zero])
     measured_step = base.tokens_per_step / c.n_gpus / c.measured
-    return Features(x, base.exposed_communication_s + base.optimizer_s, measured_step)
+    return Features(x, base.exposed_communication_s + base.optimizer_s + dequant, measured_step)
 
 
 def fit(feats: list[Features], prior: Coefficients) -> Coefficients:
@@ -322,8 +322,8 @@ def evaluate(path: Path, show_rows: bool = False) -> dict[str, tuple[float, floa
     _table("in sample (secondary): the library's coefficients, fitted on all sources", rows, in_sample)
     print("\nper-fold coefficients (" + ", ".join(NAMES) + "):")
     for source, coef in folds.items():
-        u_a, u_h, launch, dq, zero = coef.per_feature
-        print(f"  without {source:30s} u {1 / u_a:.3f} / {1 / u_h:.3f}, {launch:.5f} s, {dq:.2f} B, {zero:.5f} s")
+        u_a, u_h, launch, zero = coef.per_feature
+        print(f"  without {source:30s} u {1 / u_a:.3f} / {1 / u_h:.3f}, {launch:.5f} s, {zero:.5f} s")
     agree, total = _ordering(rows, loso)
     print("not evaluated: " + "; ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1])))
     s = summary(rows, loso)
@@ -344,9 +344,9 @@ def main() -> None:
     if args.fit:
         rows = [c for c, _ in cases(args.csv) if c is not None]
         coef = fit([_features(c) for c in rows], Coefficients.physical())
-        u_a, u_h, launch, dq, zero = coef.per_feature
+        u_a, u_h, launch, zero = coef.per_feature
         print(f"fit on {len(rows)} rows:")
-        for name, value in zip(NAMES, (1 / u_a, 1 / u_h, launch, dq, zero), strict=True):
+        for name, value in zip(NAMES, (1 / u_a, 1 / u_h, launch, zero), strict=True):
             print(f"  {name} = {value:.5g}")
     else:
         evaluate(args.csv, args.rows)

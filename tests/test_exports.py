@@ -538,3 +538,10 @@ def test_a_deepspeed_plan_ships_its_deepspeed_config(tmp_path: Path) -> None:
     ds = json.loads(files["deepspeed.json"])
     assert ds["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert ds["gradient_accumulation_steps"] == "auto"  # filled from the training arguments
+    # hidden_size**2-element reduce buckets, as the memory model prices them (DeepSpeed's own
+    # default of 5e8 elements would hold about 2 GB more under ZeRO-1/2)
+    assert ds["zero_optimization"]["reduce_bucket_size"] == "auto"
+    # A bucket size the job states is the one the plan priced and the config carries.
+    sized = job.model_copy(update={"deepspeed_bucket_elements": 200_000_000})
+    files = export_files("axolotl", ftsolve.plan(sized, CATALOG, top=1).plans[0], sized, CATALOG)
+    assert json.loads(files["deepspeed.json"])["zero_optimization"]["reduce_bucket_size"] == 200_000_000

@@ -15,6 +15,7 @@ from ftsolve.solver._memory import (
     Q4,
     Q16,
     QLORA,
+    ZERO2,
     ZERO3,
     MemoryOptions,
     MemoryTerms,
@@ -230,6 +231,18 @@ def test_double_quantization_saves_the_block_constants() -> None:
     with_dq = _static(L8, MemoryOptions(), "weights")
     without = _static(L8, MemoryOptions(double_quant=False), "weights")
     assert without - with_dq == pytest.approx(L8.linear_params_in_layers() * (0.5625 - 0.516))
+
+
+def test_deepspeed_reduce_buckets_do_not_shrink_with_the_trainable_size() -> None:
+    # stage_1_and_2.py allocates two reduce_bucket_size buffers at every backward with overlap_comm,
+    # stage3.py one; "auto" is hidden_size**2 (transformers' DeepSpeed integration).
+    ds = MemoryOptions.for_stack("deepspeed")
+    auto = float(L8.hidden_size) ** 2 * 2.0
+    for method, quant in ((FULL, Q16), (LORA, Q16), (QLORA, Q4)):
+        assert float(_terms(L8, method, quant, ZERO2, 1, 2, options=ds).static["comm_buckets"][0]) == auto * 2
+        assert float(_terms(L8, method, quant, ZERO3, 1, 2, options=ds).static["comm_buckets"][0]) == auto
+    qwen_zero2 = MemoryOptions.for_stack("deepspeed", deepspeed_bucket_elements=2e8)  # Qwen's ds_config_zero2.json
+    assert float(_terms(L8, LORA, Q16, ZERO2, 1, 1, options=qwen_zero2).static["comm_buckets"][0]) == 2 * 2e8 * 2.0
 
 
 def test_ddp_adds_gradient_buckets_zero3_adds_gathered_layers() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from functools import partial
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -134,3 +135,14 @@ def test_cli_estimate_time() -> None:
         ],
     )
     assert r.exit_code == 2 and "do not split evenly" in r.output
+
+
+def test_dequantization_traffic_follows_what_each_kernel_keeps_for_backward() -> None:
+    from ftsolve.solver._throughput import dequant_bytes_per_param
+
+    ckpt = np.array([0, 1], dtype=np.int64)
+    # bitsandbytes keeps the NF4 weight and dequantizes in forward, backward and recompute.
+    assert dequant_bytes_per_param("bitsandbytes", ckpt).tolist() == pytest.approx([2 * 4.5, 3 * 4.5])
+    # auto-gptq's torch path saves the fp16 weight it made: forward and recompute dequantize
+    # (18.5 B each, qlinear_cuda_old.py), backward reads the saved weight (2 B).
+    assert dequant_bytes_per_param("gptq", ckpt).tolist() == pytest.approx([18.5 + 2.0, 2 * 18.5 + 2.0])

@@ -80,13 +80,23 @@ def deepspeed_config(r: TrainingRecipe) -> dict[str, Any]:
     """DeepSpeed's own config (deepspeed.ai/docs/config-json); "auto" values are filled from the
     training arguments by transformers' DeepSpeed integration, so they cannot disagree."""
     par = r.parallel
-    zero: dict[str, Any] = {"stage": par.zero_stage, "overlap_comm": True, "contiguous_gradients": True}
+    # Bucket sizes "auto" (hidden_size**2 elements, filled by transformers) are what the memory
+    # model prices (_memory._gathered_and_buckets); DeepSpeed's own default is 5e8, about 2 GB of
+    # double-buffered bf16 buckets under ZeRO-1/2.
+    zero: dict[str, Any] = {
+        "stage": par.zero_stage,
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+        "reduce_bucket_size": r.job.deepspeed_bucket_elements or "auto",
+    }
     if par.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if par.offload_params:
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     if par.zero_stage == 3:
         zero["stage3_gather_16bit_weights_on_model_save"] = True
+        zero["stage3_prefetch_bucket_size"] = "auto"
+        zero["stage3_param_persistence_threshold"] = "auto"
     return {
         "zero_optimization": zero,
         "bf16": {"enabled": "auto"},

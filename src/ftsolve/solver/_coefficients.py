@@ -49,7 +49,7 @@ DYNAMIC_MARGIN = Coefficient(
     "physics.md §5: ~10% multiplicative margin on the dynamic part",
 )
 ACTIVATION_SCALE = Coefficient(
-    1.400,
+    1.406,
     "x the lean derivation of saved activations (c = 41 bytes·s·b·h per layer for Llama-3-8B)",
     "physics.md §3.2: implementations keep extra copies (fp32 norm intermediates, RoPE outputs); "
     "stas00/ml-engineering measured c ≈ 56 for HF Llama-3.1-8B, i.e. 1.37",
@@ -76,20 +76,20 @@ EAGER_ATTENTION_BYTES_PER_SCORE = Coefficient(
 # benchmarks/memory_accuracy.py ("bands"), 2026-12-02; tests/test_accuracy.py keeps these at
 # least as wide as what the benchmark measures.
 MEMORY_BANDS: dict[str, float] = {
-    "all": 0.289,
-    "full": 0.236,
-    "full/deepspeed": 0.255,
+    "all": 0.279,
+    "full": 0.218,
+    "full/deepspeed": 0.230,
     "full/litgpt": 0.147,
     "full/ms-swift": 0.249,
-    "lora": 0.286,
-    "lora/deepspeed": 0.258,
+    "lora": 0.278,
+    "lora/deepspeed": 0.225,
     "lora/hf": 0.285,
-    "lora/litgpt": 0.148,
-    "lora/ms-swift": 0.359,
-    "qlora": 0.338,
-    "qlora/deepspeed": 0.334,
-    "qlora/litgpt": 0.199,
-    "qlora/ms-swift": 0.448,
+    "lora/litgpt": 0.147,
+    "lora/ms-swift": 0.358,
+    "qlora": 0.284,
+    "qlora/deepspeed": 0.140,
+    "qlora/litgpt": 0.195,
+    "qlora/ms-swift": 0.453,
 }
 
 
@@ -124,21 +124,21 @@ LORA_STATE_BYTES_PER_PARAM = Coefficient(
 )
 
 # Runtime overheads of training frameworks that the physics does not name: cuBLAS/NCCL
-# workspaces, allocator slack, framework buffers. DeepSpeed adds its bucket buffers
-# (reduce_bucket_size and allgather_bucket_size, 5e8 elements each; physics.md §5) and keeps an
+# workspaces, allocator slack, framework buffers. DeepSpeed adds its reduce buckets (modelled
+# apart: reduce_bucket_size elements, two under ZeRO-1/2 with overlap_comm) and keeps an
 # fp32 gradient copy in full fine-tuning: 18 B/param, DeepSpeed's own estimator (physics.md §2.1).
 FRAMEWORK_RUNTIME_GIB: dict[str, Coefficient] = {
     "hf": Coefficient(
         3.265, "GiB", "HF Trainer/PEFT runtime buffers", _FITTED + " (the hf rows: Qwen README LoRA, philschmid)"
     ),
     "deepspeed": Coefficient(
-        2.584,
+        2.283,
         "GiB",
         "as hf; the DeepSpeed buckets are modelled apart",
         _FITTED + " (the DeepSpeed rows: Qwen README full, Q-LoRA and multi-GPU; ms-swift ZeRO-3)",
     ),
     "litgpt": Coefficient(0.0, "GiB", "LitGPT/Lightning Fabric runtime buffers", _FITTED + " (bounded at 0)"),
-    "ms-swift": Coefficient(4.964, "GiB", "ms-swift runtime buffers", _FITTED + " (the ms-swift rows)"),
+    "ms-swift": Coefficient(0.549, "GiB", "ms-swift runtime buffers", _FITTED + " (the ms-swift rows)"),
 }
 
 
@@ -151,9 +151,6 @@ def runtime_gib(stack: str) -> Coefficient:
     return Coefficient(median, "GiB", f"no measured runs of stack {stack!r}: median of the fitted stacks")
 
 
-DEEPSPEED_BUCKET_ELEMENTS = Coefficient(
-    5e8, "elements per bucket (reduce and allgather)", "DeepSpeed runtime/zero/config.py defaults"
-)
 DEEPSPEED_ZERO3_LIVE_ELEMENTS = Coefficient(
     1e9, "parameters gathered at once under ZeRO-3", "DeepSpeed stage3_max_live_parameters default"
 )
@@ -168,7 +165,7 @@ _THROUGHPUT_FIT = (
 # Hardware utilization u on real tokens by GPU architecture (physics.md §8, recommended defaults).
 UTILIZATION_BY_ARCH: dict[str, Coefficient] = {
     "Hopper": Coefficient(
-        0.53, "of dense 16-bit peak", "physics.md §8: 0.38-0.46 MFU reported for H100", _THROUGHPUT_FIT
+        0.526, "of dense 16-bit peak", "physics.md §8: 0.38-0.46 MFU reported for H100", _THROUGHPUT_FIT
     ),
     "Blackwell": Coefficient(
         0.35,
@@ -194,32 +191,35 @@ UTILIZATION_BY_ARCH: dict[str, Coefficient] = {
     "Gaudi3": Coefficient(0.35, "of dense 16-bit peak", "assumption: SynapseAI, no measurement in physics.md"),
 }
 PER_LAYER_PASS_S = Coefficient(
-    0.00127,
+    0.00131,
     "seconds per decoder layer per pass (forward, backward, recompute) of each micro-batch",
     "assumption: kernel-launch and framework overhead that does not scale with tokens; visible as "
     "low tokens/s at short sequences in the Qwen README profiling table",
     _THROUGHPUT_FIT,
 )
 ZERO_LAYER_PASS_S = Coefficient(
-    0.00148,
+    0.00142,
     "seconds per decoder layer per pass of each micro-batch under ZeRO-2/3 (collective latency and hooks)",
     "physics.md §9.3 field reports (DeepSpeed #1174: ZeRO-3 forward 8x slower than ZeRO-2)",
     _THROUGHPUT_FIT,
 )
-# Memory traffic per quantized base parameter per pass to dequantize it, by kernel.
+# Memory traffic per quantized base parameter each time a kernel expands it to 16 bits (how many
+# times per micro-batch: _throughput.dequant_bytes_per_param).
 DEQUANT_BYTES_PER_PARAM: dict[str, Coefficient] = {
     "bitsandbytes": Coefficient(
         4.5,
-        "bytes moved per quantized base parameter per pass",
+        "bytes moved per quantized base parameter per dequantization",
         "physics.md §7: read 0.52 B of NF4, write the 2 B bf16 weight, read it again for the matmul "
         "(bitsandbytes dequantize_4bit before each matmul)",
     ),
     "gptq": Coefficient(
-        17.5,
-        "bytes-equivalent per quantized base parameter per pass",
-        "GPTQ kernels of 2023 (auto-gptq, exllama off) as Qwen's README ran them: about 4x the "
-        "bitsandbytes traffic; the only rows with a dequantization cost to fit",
-        _THROUGHPUT_FIT + " (the GPTQ-int4 Q-LoRA rows of the Qwen README)",
+        18.5,
+        "bytes moved per quantized base parameter per dequantization",
+        "auto-gptq 0.4.2 qlinear_cuda_old.py forward, the path of every micro-batch of 128 tokens or more "
+        "(kernel_switch_threshold) with exllama off, as Qwen's finetune.py loads GPTQ models: read 0.5 B "
+        "packed; bitwise_right_shift writes an int32 per element (4); .to(int8) reads it, writes 1 (4 + 1); "
+        "bitwise_and in place (1 + 1); weight - zeros (1 + 1); scales * (...) to fp16 (1 + 2); the matmul "
+        "reads the fp16 weight (2): 18.5",
     ),
 }
 QLORA_TIME_FACTOR = Coefficient(

@@ -210,6 +210,13 @@ class JobSpec(BaseModel):
         description="batches padded to their longest sample (not packed): the allocator fragments",
         json_schema_extra=_cli("recipe"),
     )
+    deepspeed_bucket_elements: int | None = Field(
+        default=None,
+        gt=0,
+        title="DeepSpeed reduce_bucket_size",
+        description='elements per DeepSpeed reduce bucket; default "auto" (hidden_size**2), as exports write it',
+        json_schema_extra=_cli("recipe"),
+    )
     offload_optimizer: bool = Field(
         default=False,
         title="Optimizer state in CPU memory",
@@ -516,6 +523,7 @@ class JobSpec(BaseModel):
             compile=self.compile,
             variable_length=self.variable_length,
             quant_kernel=self.quant_kernel,
+            deepspeed_bucket_elements=self.deepspeed_bucket_elements,
         )
 
     @classmethod

@@ -112,6 +112,10 @@ class MemoryOptions:
     # Batches of varying length (padded per batch, not packed or padded to seq_len): the caching
     # allocator then reserves beyond what is allocated for the short-lived tensors.
     variable_length: bool = False
+    # DeepSpeed's reduce_bucket_size in elements; None is "auto", which transformers' DeepSpeed
+    # integration fills with hidden_size**2 (integrations/deepspeed.py, trainer_config_finalize) and
+    # which ftsolve's exported DeepSpeed configs use.
+    deepspeed_bucket_elements: float | None = None
 
     @classmethod
     def for_stack(cls, stack: str = "hf", **overrides: Any) -> MemoryOptions:
@@ -421,11 +425,13 @@ def _gathered_and_buckets(
 ) -> tuple[F, F]:
     """Unsharded parameters gathered for compute, and communication buckets (bytes per GPU)."""
     if opts.framework == "deepspeed":
-        # ZeRO-3 gathers up to stage3_max_live_parameters; ZeRO-1/2 hold reduce and allgather
-        # buckets (each at most the trainable size), physics.md §5.
+        # ZeRO-3 gathers up to stage3_max_live_parameters. Gradients are copied into contiguous
+        # reduce buckets of reduce_bucket_size elements whatever the trainable size: ZeRO-1/2
+        # allocate two at every backward with overlap_comm (stage_1_and_2.py backward(), "double
+        # buffers to avoid data access conflict"), ZeRO-3 one (stage3.py __ipg_bucket_flat_buffer).
         live = np.minimum(sizes.total_params, k.DEEPSPEED_ZERO3_LIVE_ELEMENTS.value) * 2.0
         gathered = np.where((shard == ZERO3) | opts.offload_params, live, 0.0)
-        bucket = np.minimum(st.trainable, k.DEEPSPEED_BUCKET_ELEMENTS.value) * 2.0
+        bucket = (opts.deepspeed_bucket_elements or float(sizes.hidden) ** 2) * 2.0
         buckets = np.where((shard == ZERO1) | (shard == ZERO2), 2.0 * bucket, np.where(shard == ZERO3, bucket, 0.0))
         return gathered, buckets
     # FSDP holds the current and the prefetched layer unsharded, and the root unit (what no

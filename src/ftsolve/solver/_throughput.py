@@ -88,6 +88,21 @@ class StepTime:
     utilization: F
 
 
+def dequant_bytes_per_param(quant_kernel: str, ckpt: I) -> F:
+    """Memory traffic per quantized base parameter per micro-batch to expand it to 16 bits.
+
+    bitsandbytes dequantizes in forward, again in backward for the input's gradient (MatMul4Bit
+    saves the quantized weight), and in the recompute: 2 + ckpt times. auto-gptq's torch path
+    keeps the fp16 weight it made for backward (torch.matmul saves it): forward and recompute,
+    1 + ckpt times, and backward reads the saved weight once more (2 B).
+    """
+    per = k.DEQUANT_BYTES_PER_PARAM[quant_kernel].value
+    recompute = ckpt.astype(np.float64)
+    if quant_kernel == "gptq":
+        return (1.0 + recompute) * per + 2.0
+    return (2.0 + recompute) * per
+
+
 def step_time(
     sizes: ModelSizes,
     seq_len: int,
@@ -123,9 +138,8 @@ def step_time(
     launch = passes * sizes.layers * k.PER_LAYER_PASS_S.value
     dequant = np.where(
         quant != Q16,
-        passes
-        * sizes.linear_params
-        * k.DEQUANT_BYTES_PER_PARAM[quant_kernel].value
+        sizes.linear_params
+        * dequant_bytes_per_param(quant_kernel, ckpt)
         / (mem_bw_gb_per_s * 1e9 * k.WEIGHT_STREAM_EFFICIENCY.value),
         0.0,
     )
