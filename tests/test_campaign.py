@@ -607,3 +607,30 @@ def test_a_run_left_out_does_not_fence_the_others_in() -> None:
     choice = CpSatEngine().solve(problem)
     assert choice.status == "optimal"
     assert (choice.objective, choice.finish) == exact(_instance(problem), finish_first=False) == (-12, 4)
+
+
+def test_a_run_left_out_keeps_the_runs_around_it_in_order() -> None:
+    # Found by a random example: run0 -> run1 (optional, left out: it costs more than it gives)
+    # -> run2. Leaving run1 out let run2 start beside run0, as if run2 no longer depended on it.
+    def run(name: str, key: int, optional: bool) -> ChoiceTable:
+        return ChoiceTable(
+            name,
+            np.array([key]),
+            np.ones(1, dtype=bool),
+            columns={
+                "cost_cents": np.array([0]),
+                "duration_min": np.array([1]),
+                "gpus": np.array([1]),
+                "provider": np.array([0]),
+            },
+            optional=optional,
+        )
+
+    timeline = Timeline(horizon=5, after=(("run0", "run1"), ("run1", "run2")))
+    quota = Quota("gpus", by="provider", limits={}, window=(START, "duration_min"))
+    problem = ChoiceProblem((run("run0", 0, False), run("run1", 1, True), run("run2", 0, False)), (quota,), timeline)
+    choice = CpSatEngine().solve(problem)
+    assert choice.status == "optimal" and choice.rows[1] is None
+    assert (choice.objective, choice.finish) == exact(_instance(problem)) == (0, 2)
+    _check_choice(problem, choice)
+    assert choice.starts[2] is not None and choice.starts[2] >= 1

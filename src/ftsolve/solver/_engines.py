@@ -524,15 +524,22 @@ class _CpSatModel:
         """Start, duration and end per table, precedence, and the finish (the last end)."""
         cp_model, model = self.cp_model, self.model
         start, duration, end, interval = [], [], [], []
+        # A run left out takes no time at its earliest start, after its predecessors (its
+        # successors still wait for them), and is bound by no due time or horizon: the latest
+        # end over all tables bounds it.
+        bound = max(max(tl.release.get(t.name, 0), tl.end_limit(t.name)) for t in self.problem.tables)
+        limits: list[int] = []
         for t, rows, x in zip(self.problem.tables, self.rows, self.x, strict=True):
             release = tl.release.get(t.name, 0)
             latest = max(release, tl.end_limit(t.name))
+            limits.append(latest)
             d = t.columns[tl.duration][rows]
             lengths = sorted({int(v) for v in d} | ({0} if t.optional or not rows.size else set()))
-            s = model.new_int_var(release, latest, f"start[{t.name}]")
+            top = bound if t.optional else latest
+            s = model.new_int_var(release, top, f"start[{t.name}]")
             size = model.new_int_var_from_domain(cp_model.Domain.from_values(lengths), f"duration[{t.name}]")
             model.add(size == cp_model.LinearExpr.weighted_sum(x, [int(v) for v in d]))
-            e = model.new_int_var(release, latest, f"end[{t.name}]")
+            e = model.new_int_var(release, top, f"end[{t.name}]")
             start.append(s)
             duration.append(size)
             end.append(e)
@@ -543,12 +550,12 @@ class _CpSatModel:
                 runs[k] = model.new_bool_var(f"runs[{t.name}]")
                 model.add(runs[k] == sum(x))
                 self.holds.append((runs[k], k, list(range(len(x)))))
+        for k, e in enumerate(end):
+            if k in runs:
+                model.add(e <= limits[k]).only_enforce_if(runs[k]).with_name(f"due[{self.problem.tables[k].name}]")
         index = {t.name: i for i, t in enumerate(self.problem.tables)}
         for first, then in tl.after:
-            # A run left out waits for nothing: its precedence would only fence the others in.
-            after = model.add(start[index[then]] >= end[index[first]]).with_name(f"after[{first}][{then}]")
-            if index[then] in runs:
-                after.only_enforce_if(runs[index[then]])
+            model.add(start[index[then]] >= end[index[first]]).with_name(f"after[{first}][{then}]")
         finish_max = max([tl.horizon, *(tl.release.values())])
         finish = model.new_int_var(0, finish_max, "finish")
         for k, e in enumerate(end):
