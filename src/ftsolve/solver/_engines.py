@@ -527,7 +527,7 @@ class _CpSatModel:
         # A run left out takes no time at its earliest start, after its predecessors (its
         # successors still wait for them), and is bound by no due time or horizon: the latest
         # end over all tables bounds it.
-        bound = max(max(tl.release.get(t.name, 0), tl.end_limit(t.name)) for t in self.problem.tables)
+        last_end = max(max(tl.release.get(t.name, 0), tl.end_limit(t.name)) for t in self.problem.tables)
         limits: list[int] = []
         for t, rows, x in zip(self.problem.tables, self.rows, self.x, strict=True):
             release = tl.release.get(t.name, 0)
@@ -535,7 +535,7 @@ class _CpSatModel:
             limits.append(latest)
             d = t.columns[tl.duration][rows]
             lengths = sorted({int(v) for v in d} | ({0} if t.optional or not rows.size else set()))
-            top = bound if t.optional else latest
+            top = last_end if t.optional else latest
             s = model.new_int_var(release, top, f"start[{t.name}]")
             size = model.new_int_var_from_domain(cp_model.Domain.from_values(lengths), f"duration[{t.name}]")
             model.add(size == cp_model.LinearExpr.weighted_sum(x, [int(v) for v in d]))
