@@ -14,7 +14,10 @@ and a row Offer accepts keeps Offer's values: the column checks may be stricter,
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import itertools
+import operator
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +43,9 @@ from ftsolve.catalog._models import (
 F = NDArray[np.float64]
 I = NDArray[np.int64]
 Codes = NDArray[np.int32]
+# A table's codes take the narrowest integer type that holds its number of values: most fields have
+# a few distinct values, and a million offers' codes are then 1 byte each, not 4.
+TableCodes = NDArray[np.signedinteger[Any]]
 
 # Offer fields kept as floats (nan: None); gpus_per_node is an int64 column; the rest are coded.
 FLOAT_FIELDS = (
@@ -70,12 +76,52 @@ class _Vocab:
             self.values.append(value)
         return found
 
+    def codes(self, values: Sequence[object]) -> Codes:
+        """The code of each value, -1 for _BAD; the loops run in C (a column may hold a million
+        distinct values)."""
+        index, start = self.index, len(self.values)
+        fresh = dict.fromkeys(values)
+        fresh.pop(_BAD, None)
+        new = list(itertools.filterfalse(index.__contains__, fresh))
+        index.update(zip(new, range(start, start + len(new)), strict=True))
+        self.values.extend(new)
+        if len(new) == len(values):  # all new and distinct: no lookups
+            return np.arange(start, start + len(new), dtype=np.int32)
+        return np.fromiter(map(index.get, values, itertools.repeat(-1)), np.int32, len(values))
+
+
+# Values -> (the index of each among the distinct ones, the distinct ones in order of appearance).
+Distinct = Callable[[list[object]], tuple[NDArray[np.intp], Sequence[object]]]
+
+
+class Appended(_Vocab):
+    """A field's values in arrival order, repeats included, made distinct once when the table is
+    made (by `distinct`, e.g. pandas.factorize): for a field of a million mostly distinct values (an
+    instance type per offer), a dict lookup per value and chunk costs more than one pass at the end.
+    Not for a field whose codes are compared while reading (_between_fields)."""
+
+    def __init__(self, distinct: Distinct) -> None:
+        super().__init__()
+        self.distinct = distinct
+
+    def code(self, value: object) -> int:
+        self.values.append(value)
+        return len(self.values) - 1
+
+    def codes(self, values: Sequence[object]) -> Codes:
+        start = len(self.values)
+        self.values.extend(values)
+        out = np.arange(start, start + len(values), dtype=np.int32)
+        if _BAD in values:
+            out[np.fromiter(map(operator.is_, values, itertools.repeat(_BAD)), bool, len(values))] = -1
+        return out
+
 
 @dataclass(frozen=True, eq=False)
 class OfferTable(Sequence[Offer]):
     """Offers as columns, in catalog order; a read-only sequence of `Offer` built on access."""
 
-    codes: Mapping[str, Codes]  # per CODED_FIELDS name
+    codes: Mapping[str, TableCodes]  # per CODED_FIELDS name
     values: Mapping[str, tuple[object, ...]]  # the distinct values the codes point to
     numbers: Mapping[str, F]  # per FLOAT_FIELDS name, nan for None
     gpus_per_node: I
@@ -89,7 +135,7 @@ class OfferTable(Sequence[Offer]):
         items = list(offers)
         vocabs = {name: _Vocab() for name in CODED_FIELDS}
         codes = {
-            name: np.fromiter((v.code(getattr(o, name)) for o in items), np.int32, len(items))
+            name: narrow(np.fromiter((v.code(getattr(o, name)) for o in items), np.int32, len(items)), len(v.values))
             for name, v in vocabs.items()
         }
         numbers = {
@@ -151,11 +197,15 @@ class OfferTable(Sequence[Offer]):
 
     def keys(self) -> NDArray[np.int64]:
         """An integer per offer, equal for offers with one `Offer.key` (within this table)."""
-        cols = [self.codes[name].astype(np.int64) for name in KEY_FIELDS]
         dims = tuple(max(len(self.values[name]), 1) for name in KEY_FIELDS)
         if float(np.prod(np.array(dims, dtype=np.float64))) < 2.0**62:
-            out: I = np.ravel_multi_index(tuple(cols), dims).astype(np.int64)
+            # np.ravel_multi_index, in place (it checks every code against its bound, twice as slow).
+            out: I = self.codes[KEY_FIELDS[0]].astype(np.int64)
+            for name, dim in zip(KEY_FIELDS[1:], dims[1:], strict=True):
+                out *= dim
+                out += self.codes[name]
             return out
+        cols = [self.codes[name].astype(np.int64) for name in KEY_FIELDS]
         return np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
     def take(self, idx: I) -> OfferTable:
@@ -175,16 +225,25 @@ def concat(tables: Sequence[OfferTable]) -> OfferTable:
     """The offers of several tables, in order, with one list of values per field."""
     if len(tables) == 1:
         return tables[0]
-    codes: dict[str, Codes] = {}
+    codes: dict[str, TableCodes] = {}
     values: dict[str, tuple[object, ...]] = {}
+    # The largest table keeps its codes and values (a user's million offers are not recoded for the
+    # bundled thousand); the others' values are found among its values, or added after them.
+    big = max(range(len(tables)), key=lambda k: len(tables[k]))
     for name in CODED_FIELDS:
-        vocab = _Vocab()
+        base = tables[big].values[name]
+        others = dict.fromkeys(v for k, t in enumerate(tables) if k != big for v in t.values[name])
+        shared = np.flatnonzero(np.fromiter(map(others.__contains__, base), bool, len(base))).tolist()
+        where = {base[i]: i for i in shared}
+        added = [v for v in others if v not in where]
+        where |= zip(added, range(len(base), len(base) + len(added)), strict=True)
+        size = len(base) + len(added)
         parts = []
-        for t in tables:
-            remap = np.array([vocab.code(v) for v in t.values[name]], dtype=np.int32)
-            parts.append(remap[t.codes[name]] if remap.size else t.codes[name])
-        codes[name] = np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32)
-        values[name] = tuple(vocab.values)
+        for k, t in enumerate(tables):
+            remap = np.array([where[v] for v in t.values[name]], dtype=np.int32) if k != big else None
+            parts.append(t.codes[name] if remap is None or not remap.size else narrow(remap[t.codes[name]], size))
+        codes[name] = narrow(np.concatenate(parts) if parts else np.zeros(0, np.int32), size)
+        values[name] = (*base, *added)
     numbers = {n: np.concatenate([t.numbers[n] for t in tables]) for n in FLOAT_FIELDS}
     gpn = np.concatenate([t.gpus_per_node for t in tables])
     made: dict[int, Offer] = {}
@@ -201,11 +260,17 @@ def merge_layers(tables: Sequence[OfferTable]) -> OfferTable:
     every = concat(tables)
     keys = every.keys()
     n = keys.shape[0]
-    if n == 0:
+    if not has_duplicate(keys):
         return every
     _, last_rev = np.unique(keys[::-1], return_index=True)
     keep = np.sort(n - 1 - last_rev)
     return every if keep.shape[0] == n else every.take(keep)
+
+
+def has_duplicate(keys: I) -> bool:
+    """Whether two offers share a key (one sort, where first_duplicate needs three)."""
+    ordered = np.sort(keys)
+    return bool((ordered[1:] == ordered[:-1]).any())
 
 
 def first_duplicate(keys: I) -> tuple[int, int] | None:
@@ -258,24 +323,69 @@ def within(name: str, x: F) -> NDArray[np.bool_]:
 _BAD = object()  # a cell the column checks leave to Offer
 
 
-def _plain_number(cell: str) -> float | object:
+@dataclass(frozen=True)
+class Numbers:
+    """A number column's cells read: their values (nan: empty) and the cells Offer must decide."""
+
+    values: F
+    refused: NDArray[np.bool_]
+
+
+# A column check: the stripped distinct cells of a column -> the Offer value of each (_BAD where
+# Offer must decide), or their Numbers. Checks run as maps: a column may hold a million values.
+Rule = Callable[[Sequence[str]], "list[object] | Numbers"]
+
+
+def _each(check: Callable[[str], object]) -> Rule:
+    return lambda cells: list(map(check, cells))
+
+
+def _plain_numbers(cells: Sequence[str]) -> Numbers:
     # Digits with at most one point read the same in Python and in pydantic; anything else
-    # (signs, exponents, "inf", "1_000") is left to Offer.
-    if not cell:
-        return np.nan
-    if cell.isascii() and cell.replace(".", "", 1).isdigit():
-        return float(cell)
-    return _BAD
+    # (signs, exponents, "inf", "1_000") is left to Offer. An empty cell is no number (nan).
+    n = len(cells)
+    filled = np.fromiter(map(bool, cells), bool, n)
+    # The usual column, at once: of ASCII digits and points only, each filled cell is plain where
+    # float() reads it (it refuses "1.2.3" and ".").
+    digits = "".join(cells).replace(".", "")
+    if (digits.isascii() and digits.isdigit()) or not digits:
+        with contextlib.suppress(ValueError):
+            return _numbers(cells, filled, np.zeros(n, dtype=bool))
+    plain = np.fromiter(map(str.isascii, cells), bool, n)
+    plain &= np.fromiter(map(str.isdigit, map(str.replace, cells, *map(itertools.repeat, (".", "", 1)))), bool, n)
+    return _numbers(cells, plain, ~plain & filled)
 
 
-def _text_rule(name: str) -> Callable[[str], object]:
+def _gpu_counts(cells: Sequence[str]) -> Numbers:
+    # Whole numbers in plain digits, without a leading zero; anything else is left to Offer.
+    n = len(cells)
+    plain = np.fromiter(map(str.isascii, cells), bool, n) & np.fromiter(map(str.isdigit, cells), bool, n)
+    plain &= ~np.fromiter(map(str.startswith, cells, itertools.repeat("0")), bool, n)
+    return _numbers(cells, plain, ~plain)
+
+
+def _numbers(cells: Sequence[str], plain: NDArray[np.bool_], refused: NDArray[np.bool_]) -> Numbers:
+    values = np.full(len(cells), np.nan)
+    values[plain] = np.fromiter(map(float, itertools.compress(cells, plain)), np.float64, int(plain.sum()))
+    return Numbers(values, refused)
+
+
+def _text_rule(name: str) -> Callable[[Sequence[str]], list[object]]:
     lo, hi = _lengths(name)
     one_line = name in ONE_LINE_FIELDS
 
-    def check(value: str) -> object:
-        if not lo <= len(value) <= hi or (one_line and not is_one_line(value)) or value[:1] == "'":
-            return _BAD  # a leading apostrophe may quote a formula (offers_to_csv): Offer's reader
-        return value
+    def check(cells: Sequence[str]) -> list[object]:
+        n = len(cells)
+        size = np.fromiter(map(len, cells), np.int64, n)
+        ok = (size >= lo) & (size <= hi)
+        # is_one_line holds of a text where it holds of each character: of all cells at once first.
+        joined = "".join(cells)
+        if one_line and not is_one_line(joined):
+            ok &= np.fromiter(map(is_one_line, cells), bool, n)
+        # A leading apostrophe may quote a formula (offers_to_csv): Offer's reader takes it off.
+        if "'" in joined:
+            ok &= ~np.fromiter(map(str.startswith, cells, itertools.repeat("'")), bool, n)
+        return list(cells) if ok.all() else [c if k else _BAD for c, k in zip(cells, ok.tolist(), strict=True)]
 
     return check
 
@@ -317,31 +427,35 @@ def _choice(choices: Iterable[str], default: str | None, upper: bool = False) ->
     return check
 
 
-def cell_rules(gpus: Mapping[str, GpuSpec], plannable: Callable[[GpuSpec], bool]) -> dict[str, Callable[[str], object]]:
-    """Per CSV column: a stripped cell -> its Offer value, or _BAD when Offer must decide. Defaults
-    between fields (source_gpu_name, interruptible_price_kind, currency conversion) come later."""
-    rules: dict[str, Callable[[str], object]] = {name: _text_rule(name) for name in ONE_LINE_FIELDS}
-    notes = _text_rule("notes")
-    rules_sgn = rules["source_gpu_name"]
-    tier, region = rules["tier"], rules["region"]
+def cell_rules(gpus: Mapping[str, GpuSpec], plannable: Callable[[GpuSpec], bool]) -> dict[str, Rule]:
+    """Per CSV column: its stripped distinct cells -> their Offer values (_BAD, or refused, where
+    Offer must decide). Defaults between fields (source_gpu_name, interruptible_price_kind,
+    currency conversion) come later."""
+    text = {name: _text_rule(name) for name in ONE_LINE_FIELDS}
+    sgn, tier, region = text["source_gpu_name"], text["tier"], text["region"]
+    rules: dict[str, Rule] = dict(text)
+
+    def source_gpu_name(cells: Sequence[str]) -> list[object]:
+        return [v if c else "" for c, v in zip(cells, sgn(cells), strict=True)]
+
     rules |= {
-        "tier": lambda v: tier(v or "default"),
-        "region": lambda v: region(v or "default"),
-        "source_gpu_name": lambda v: rules_sgn(v) if v else "",
-        "gpu": lambda v: v if v in gpus and plannable(gpus[v]) else _BAD,
-        "notes": notes,
-        "billing": _choice(_BILLINGS, "per-hour"),
-        "country": _country,
-        "price_date": _date,
-        "price_date_estimated": _flag("false"),
-        "launchable": _flag("true"),
-        "price_kind": _choice(PRICE_KINDS, "list"),
-        "interruptible_price_kind": _choice(PRICE_KINDS, None),
-        "currency": _choice(CURRENCIES, "USD", upper=True),
+        "tier": lambda cells: tier([c or "default" for c in cells]),
+        "region": lambda cells: region([c or "default" for c in cells]),
+        "source_gpu_name": source_gpu_name,
+        "gpu": _each(lambda v: v if v in gpus and plannable(gpus[v]) else _BAD),
+        "notes": _text_rule("notes"),
+        "billing": _each(_choice(_BILLINGS, "per-hour")),
+        "country": _each(_country),
+        "price_date": _each(_date),
+        "price_date_estimated": _each(_flag("false")),
+        "launchable": _each(_flag("true")),
+        "price_kind": _each(_choice(PRICE_KINDS, "list")),
+        "interruptible_price_kind": _each(_choice(PRICE_KINDS, None)),
+        "currency": _each(_choice(CURRENCIES, "USD", upper=True)),
     }
     for name in FLOAT_FIELDS:
-        rules[name] = _plain_number
-    rules["gpus_per_node"] = lambda v: float(v) if v.isascii() and v.isdigit() and v[:1] != "0" else _BAD
+        rules[name] = _plain_numbers
+    rules["gpus_per_node"] = _gpu_counts
     return rules
 
 
@@ -350,38 +464,56 @@ class ColumnBuilder:
     """The columns of a table being read, chunk by chunk, with one list of values per field."""
 
     vocabs: dict[str, _Vocab] = field(default_factory=lambda: {n: _Vocab() for n in CODED_FIELDS})
-    codes: dict[str, list[Codes]] = field(default_factory=lambda: {n: [] for n in CODED_FIELDS})
+    codes: dict[str, list[TableCodes]] = field(default_factory=lambda: {n: [] for n in CODED_FIELDS})
     numbers: dict[str, list[F]] = field(default_factory=lambda: {n: [] for n in FLOAT_FIELDS})
     gpn: list[I] = field(default_factory=list)
 
     def add(self, chunk: Chunk, upto: int | None = None) -> None:
         for name in CODED_FIELDS:
-            self.codes[name].append(chunk.codes[name][:upto])
+            self.codes[name].append(narrow(chunk.codes[name][:upto], len(self.vocabs[name].values)))
         for name in FLOAT_FIELDS:
             self.numbers[name].append(chunk.numbers[name][:upto])
         self.gpn.append(chunk.gpn[:upto])
 
     def table(self) -> OfferTable:
-        def cat(parts: list[Any], dtype: type) -> Any:
-            return np.concatenate(parts) if parts else np.zeros(0, dtype)
+        """The table read so far. Each column is joined in turn, and its parts let go (a million
+        offers' columns are not held twice)."""
 
-        codes, values = {}, {}
+        def cat(parts: list[Any], dtype: type) -> Any:
+            whole = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype)
+            parts[:] = [whole]
+            return whole
+
+        codes: dict[str, TableCodes] = {}
+        values: dict[str, tuple[object, ...]] = {}
         for name, parts in self.codes.items():
-            codes[name], values[name] = _used(cat(parts, np.int32), self.vocabs[name].values)
+            vocab = self.vocabs[name]
+            if isinstance(vocab, Appended):
+                at, distinct = vocab.distinct(vocab.values)
+                parts[:] = [narrow(at[cat(parts, np.int32)], len(distinct))]
+                vocab.values = list(distinct)
+            codes[name], values[name] = _used(cat(parts, np.int32), vocab.values)
         return OfferTable(
             codes, values, {n: cat(c, np.float64) for n, c in self.numbers.items()}, cat(self.gpn, np.int64)
         )
 
 
-def _used(codes: Codes, values: list[object]) -> tuple[Codes, tuple[object, ...]]:
+def narrow(codes: NDArray[np.signedinteger[Any]], n_values: int) -> TableCodes:
+    """`codes` (of n_values values, -1 included) in the narrowest integer type that holds them."""
+    dtype = np.int8 if n_values < 2**7 else np.int16 if n_values < 2**15 else np.int32
+    return codes.astype(dtype, copy=False)
+
+
+def _used(codes: TableCodes, values: list[object]) -> tuple[TableCodes, tuple[object, ...]]:
     """Codes into only the values some offer has (a default's placeholder, a refused cell and an
     overridden one leave values no offer has)."""
     used = np.zeros(len(values), dtype=bool)
     used[codes] = True
     if used.all():
-        return codes, tuple(values)
+        return narrow(codes, len(values)), tuple(values)
     remap = np.cumsum(used, dtype=np.int32) - 1
-    return remap[codes].astype(np.int32), tuple(v for v, u in zip(values, used.tolist(), strict=True) if u)
+    kept = tuple(v for v, u in zip(values, used.tolist(), strict=True) if u)
+    return narrow(remap[codes], len(kept)), kept
 
 
 @dataclass
@@ -403,41 +535,34 @@ class Chunk:
         self.gpn[i] = offer.gpus_per_node
 
 
-def encode_chunk(
-    cells: Mapping[str, Sequence[str]],
-    n: int,
-    rules: Mapping[str, Callable[[str], object]],
-    vocabs: Mapping[str, _Vocab],
-) -> Chunk:
-    """A chunk's raw cells (column name -> cells; absent columns read as empty) as codes and
-    numbers, with the defaults between fields and the rules across fields applied."""
+def distinct_cells(col: Sequence[str]) -> tuple[list[str], Codes]:
+    """(the distinct cells of a column, each row's index into them), at C speed."""
+    first = dict.fromkeys(col)
+    where = dict(zip(first, range(len(first)), strict=True))
+    return list(first), np.fromiter(map(where.__getitem__, col), np.int32, len(col))
+
+
+# A column: its distinct cells (a sequence of str, or an object array of them), each row's index.
+Cells = tuple[Sequence[str] | NDArray[np.object_], NDArray[np.integer[Any]]]
+
+
+def encode_chunk(cells: Mapping[str, Cells], n: int, rules: Mapping[str, Rule], vocabs: Mapping[str, _Vocab]) -> Chunk:
+    """A chunk's raw cells (column name -> its distinct cells and each row's index into them;
+    absent columns read as empty) as codes and numbers, with the defaults between fields and the
+    rules across fields applied. Each distinct cell is checked once; rows map to it at C speed."""
     doubt = np.zeros(n, dtype=bool)
     codes: dict[str, Codes] = {}
     raw: dict[str, F] = {}
     for name, rule in rules.items():
-        col = cells.get(name)
-        # Each distinct cell is checked once; the rows map to it at C speed.
-        seen = {c: rule(c.strip()) for c in dict.fromkeys(col if col is not None else ("",))}
-        bad = [c for c, v in seen.items() if v is _BAD]
-        if name in CODED_FIELDS:
-            vocab = vocabs[name]
-            lut = {c: -1 if v is _BAD else vocab.code(v) for c, v in seen.items()}
-            codes[name] = (
-                np.fromiter(map(lut.__getitem__, col), np.int32, n)
-                if col is not None
-                else np.full(n, lut[""], np.int32)
-            )
-            if bad:
-                doubt |= codes[name] < 0
+        distinct, rows = cells.get(name) or (("",), np.zeros(n, np.int32))
+        checked = rule(list(map(str.strip, distinct)))
+        if isinstance(checked, Numbers):
+            raw[name] = checked.values[rows]
+            if checked.refused.any():
+                doubt |= checked.refused[rows]
         else:
-            flut: dict[str, float] = {c: np.nan if v is _BAD else typing.cast(float, v) for c, v in seen.items()}
-            raw[name] = (
-                np.fromiter(map(flut.__getitem__, col), np.float64, n) if col is not None else np.full(n, flut[""])
-            )
-            if bad and col is not None:
-                doubt |= np.fromiter(map(frozenset(bad).__contains__, col), bool, n)
-            elif bad:
-                doubt |= True
+            codes[name] = vocabs[name].codes(checked)[rows]
+            doubt |= codes[name] < 0
     gpn_f = raw.pop("gpus_per_node")
     gpn = np.clip(np.nan_to_num(gpn_f, nan=0.0), -1, 1e9).astype(np.int64)  # out of range: doubt below
     lo, _, hi = _bounds("gpus_per_node")

@@ -2,22 +2,39 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import ctypes
 import datetime as dt
+import importlib
 import io
 import itertools
+import queue
+import threading
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
+from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ftsolve._errors import CatalogError, UnknownCatalogEntry
 from ftsolve.catalog._arrays import OfferArrays, offer_arrays
-from ftsolve.catalog._columns import ColumnBuilder, OfferTable, cell_rules, encode_chunk, first_duplicate, merge_layers
+from ftsolve.catalog._columns import (
+    Appended,
+    ColumnBuilder,
+    OfferTable,
+    cell_rules,
+    distinct_cells,
+    encode_chunk,
+    first_duplicate,
+    has_duplicate,
+    merge_layers,
+)
 from ftsolve.catalog._models import MAX_PLAUSIBLE_DISCOUNT, GpuSpec, ModelArch, Offer, echo
 from ftsolve.catalog._presets import PRESETS
 
@@ -226,7 +243,8 @@ def read_offer_table(
         if not n:
             return
         by_column = list(zip(*rows, strict=True))
-        chunk = encode_chunk({name: by_column[i] for name, i in known}, n, rules, built.vocabs)
+        cells = {name: distinct_cells(by_column[i]) for name, i in known}
+        chunk = encode_chunk(cells, n, rules, built.vocabs)
         for i in np.flatnonzero(chunk.doubt).tolist():
             where = f"{origin}, row {numbers[i]}"
             try:
@@ -445,7 +463,12 @@ def user_offer_table(path: Path, gpus: Mapping[str, GpuSpec]) -> OfferTable:
 
     if path.suffix.lower() not in (".yaml", ".yml"):
         try:
-            small = path.stat().st_size <= OFFERS_FILE_MAX_BYTES
+            size = path.stat().st_size
+            small = size <= OFFERS_FILE_MAX_BYTES
+            if small and size >= FAST_MIN_BYTES:
+                table = fast_offer_table(path, gpus)
+                if table is not None:
+                    return table
             inner = _comment_after_data(path)
             with open(path, encoding="utf-8-sig", newline="\n") as f:
                 if small:
@@ -453,6 +476,260 @@ def user_offer_table(path: Path, gpus: Mapping[str, GpuSpec]) -> OfferTable:
         except (OSError, UnicodeDecodeError, MemoryError):
             pass  # read_user_offers states the problem, as it would for any file
     return OfferTable.of(read_user_offers(path, gpus).offers)
+
+
+# --- large files: pandas' C parser ------------------------------------------------------------
+#
+# The csv module reads ~70k rows a second, so a million offers took 14 s. pandas (installed with
+# OR-Tools) reads them in ~2 s; its import (~0.3 s) makes it worth it only for large files: the
+# two break even at ~25k offers (~7 MB). pandas reads every cell as text (dtype=object: as
+# "category" it turns "true" into True), and the cells go through the same column checks.
+
+FAST_MIN_BYTES = 8 * 1024 * 1024
+_FAST_CHUNK_ROWS = 32_768  # rows pandas parses at a time (more: more memory, no faster)
+_CHECK_BYTES = 1024 * 1024  # bytes _StrictBytes reads and checks at a time
+_MANY_VALUES = ("instance_type", "region", "notes", "source")  # fields that may differ in every offer
+_BOM = b"\xef\xbb\xbf"
+
+
+class _Unsure(Exception):
+    """The fast reader cannot vouch that it reads the file as read_offer_table would."""
+
+
+def _byte_set(chars: str) -> NDArray[np.bool_]:
+    out = np.zeros(256, dtype=bool)
+    out[list(chars.encode())] = True
+    return out
+
+
+_BEFORE_OPENING = _byte_set(',\n"')  # a quote opens a field, or is the second of a doubled one
+_AFTER_CLOSING = _byte_set(',\n\r"')  # a quote closes a field, or is the first of a doubled one
+_LINE_START_UNSURE = _byte_set("# \t")  # a comment, or a line pandas may skip as blank
+
+
+class _StrictBytes:
+    """A binary file as pandas reads it, checked a block at a time for what pandas' C tokenizer
+    reads otherwise than the csv module with strict=True: a quote that neither opens a field,
+    closes one nor doubles another (pandas reads `"a"b` as `ab`, the csv module refuses it), a
+    carriage return before anything but a line feed (pandas ends the line there), a NUL, a line
+    starting with '#' (a comment the csv reader drops), a space or tab (pandas skips a line of
+    nothing but blanks), a record longer than the csv module's field limit, and a quote left open
+    at the end. Each raises _Unsure; `unsure` keeps why (pandas replaces an exception raised in
+    read).
+
+    A second thread reads and checks the blocks ahead (numpy's scans and the reads run without
+    the GIL, beside pandas' parsing); use it as a context manager, which stops that thread."""
+
+    def __init__(self, f: BinaryIO, record_limit: int) -> None:
+        self.f = f
+        self.record_limit = record_limit
+        self.block = b""  # checked, and handed out from `taken` on
+        self.taken = 0
+        self.quotes = 0  # read so far: an odd count is inside a quoted field
+        self.prev = ord("\n")  # the byte before the next block (the data start on a new line)
+        self.closing = False  # the last block ended on a quote that closes a field
+        self.offset = 0  # of the next block in the data
+        self.record_start = 0  # of the record the next block continues
+        self.unsure = ""
+        self.marks = self.spare = np.zeros(0, dtype=bool)
+        self.ahead: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=8)
+        self.stop = threading.Event()
+        self.worker = threading.Thread(target=self._read_ahead, name="ftsolve-offers-check", daemon=True)
+
+    def __enter__(self) -> _StrictBytes:
+        self.worker.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        while self.worker.is_alive():  # a worker waiting to hand over a block gets its place
+            with contextlib.suppress(queue.Empty):
+                self.ahead.get(timeout=0.01)
+        self.worker.join()
+
+    def _read_ahead(self) -> None:
+        while not self.stop.is_set():
+            try:
+                block = self.f.read(_CHECK_BYTES)
+                self._check(block)
+            except _Unsure as exc:
+                self.unsure = str(exc)
+                self.ahead.put(exc)
+                return
+            except BaseException as exc:  # handed to the reading thread, which raises it
+                self.ahead.put(exc)
+                return
+            self.ahead.put(block)
+            if not block:
+                return
+
+    def read(self, size: int = -1) -> bytes:
+        if self.taken >= len(self.block):
+            got = self.ahead.get()
+            if isinstance(got, BaseException):
+                raise got
+            self.block, self.taken = got, 0
+        size = len(self.block) if size < 0 else size
+        out = self.block[self.taken : self.taken + size]
+        self.taken += len(out)
+        return out
+
+    def _check(self, data: bytes) -> None:
+        if not data:
+            if self.quotes % 2:
+                raise _Unsure("a quoted field is not closed")
+            self._records(np.array([self.offset], dtype=np.int64))
+            return
+        a = np.frombuffer(data, dtype=np.uint8)
+        if b"\x00" in data:
+            raise _Unsure("a NUL byte")
+        if (self.prev == ord("\r") and a[0] != ord("\n")) or (b"\r" in data and self._bare_cr(a)):
+            raise _Unsure("a carriage return")
+        # Line feeds and quotes, in one scan of the block (into buffers kept from block to block).
+        if self.marks.shape[0] < a.size:
+            self.marks, self.spare = np.empty(a.size, dtype=bool), np.empty(a.size, dtype=bool)
+        found, spare = self.marks[: a.size], self.spare[: a.size]
+        np.equal(a, ord("\n"), out=found)
+        np.logical_or(found, np.equal(a, ord('"'), out=spare), out=found)
+        marks = np.flatnonzero(found)
+        is_quote = a[marks] == ord('"')
+        quotes, newlines = marks[is_quote], marks[~is_quote]
+        starts = newlines[newlines + 1 < a.size] + 1
+        if _LINE_START_UNSURE[a[starts]].any() or (self.prev == ord("\n") and _LINE_START_UNSURE[a[0]]):
+            raise _Unsure("a line starting with '#', a space or a tab")
+        if self.closing and not _AFTER_CLOSING[a[0]]:
+            raise _Unsure("a quote that does not close its field")
+        if quotes.size:
+            # Quotes alternate: an even-numbered one (from 0) opens a field or doubles the quote
+            # before it, an odd-numbered one closes its field or is doubled by the next.
+            opening = (self.quotes + np.arange(quotes.size)) % 2 == 0
+            before = np.where(quotes > 0, a[quotes - 1], self.prev)
+            inside = quotes + 1 < a.size
+            after = a[np.minimum(quotes + 1, a.size - 1)]
+            if not _BEFORE_OPENING[before[opening]].all() or not _AFTER_CLOSING[after[~opening & inside]].all():
+                raise _Unsure("a quote inside a field")
+            self.closing = bool(not opening[-1] and not inside[-1])
+        else:
+            self.closing = False
+        # Record ends: the line feeds after an even number of quotes.
+        outside = (self.quotes + np.cumsum(is_quote)[~is_quote]) % 2 == 0
+        self._records(self.offset + newlines[outside] + 1)
+        self.quotes += quotes.size
+        self.prev = int(a[-1])
+        self.offset += a.size
+
+    @staticmethod
+    def _bare_cr(a: NDArray[np.uint8]) -> bool:
+        cr = np.flatnonzero(a[:-1] == ord("\r"))
+        return bool((a[cr + 1] != ord("\n")).any())
+
+    def _records(self, ends: NDArray[np.int64]) -> None:
+        if ends.size:
+            if int(np.diff(ends, prepend=self.record_start).max()) > self.record_limit:
+                raise _Unsure("a record longer than the csv module's field limit")
+            self.record_start = int(ends[-1])
+
+
+def _plain_header(f: BinaryIO) -> list[str] | None:
+    """The header of an offers file open at its start, read as _records reads it (the leading
+    '#' lines skipped); None where it is not one plain line (the csv path reads it then)."""
+    if f.read(3) != _BOM:
+        f.seek(0)
+    for line in iter(f.readline, b""):
+        text = line.decode("utf-8")  # UnicodeDecodeError: the csv path reports the file
+        if text.startswith("#"):
+            continue
+        text = text.removesuffix("\n").removesuffix("\r")
+        if not text.strip() or any(c in text for c in '"\r\n\x00'):
+            return None
+        return [h.strip() for h in text.split(",")]
+    return None
+
+
+def _distinct(pd: Any, col: NDArray[np.object_]) -> tuple[NDArray[np.object_], NDArray[np.intp]]:
+    """(distinct objects, each row's index into them) of a column of str objects. pandas makes one
+    object per distinct cell of each block it parses, so factorizing the objects' addresses (a hash
+    of integers) finds the distinct cells of a block several times faster than hashing and
+    comparing the strings; encode_chunk looks up each object by value."""
+    n = col.shape[0]
+    addresses = np.ctypeslib.as_array((ctypes.c_ssize_t * n).from_address(col.ctypes.data))
+    rows, objects = pd.factorize(addresses)
+    first = np.empty(objects.shape[0], dtype=np.intp)
+    first[rows[::-1]] = np.arange(n - 1, -1, -1)  # the last write is each object's first row
+    return col[first], rows
+
+
+def fast_offer_table(path: Path, gpus: Mapping[str, GpuSpec]) -> OfferTable | None:
+    """The offers of a CSV file as read_offer_table reads them, parsed by pandas' C parser; None
+    where it cannot vouch for that (no pandas, a file the csv module may read otherwise, a row
+    Offer refuses, a duplicate offer): read_offer_table then reads the file and words any error."""
+    try:
+        pd = importlib.import_module("pandas")
+    except ImportError:
+        return None
+    try:
+        with open(path, "rb") as f:
+            header = _plain_header(f)
+            if header is None or len(set(header)) != len(header) or not set(OFFER_COLUMNS) <= set(header):
+                return None
+            with _StrictBytes(f, csv.field_size_limit()) as source:
+                return _fast_table(pd, source, header, gpus)
+    except Exception:  # whatever went wrong, the csv path reads the file and says what
+        return None
+
+
+def _fast_table(pd: Any, source: _StrictBytes, header: list[str], gpus: Mapping[str, GpuSpec]) -> OfferTable | None:
+    rules = cell_rules(gpus, lambda g: not hardware_gaps(g))
+    known = {i: name for i, name in enumerate(header) if name in rules}
+    built = ColumnBuilder()
+
+    def factorize(values: list[object]) -> tuple[NDArray[np.intp], Sequence[object]]:
+        column = np.empty(len(values), dtype=object)
+        column[:] = values
+        at, firsts = pd.factorize(column, use_na_sentinel=False)
+        return at, firsts
+
+    # Fields that may hold a distinct value per offer are made distinct once, at the end.
+    built.vocabs |= {name: Appended(factorize) for name in _MANY_VALUES}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # Every column, not `usecols`: with it, pandas drops the cells of a row longer than the header.
+        chunks = pd.read_csv(
+            source,
+            header=None,
+            names=list(range(len(header))),
+            index_col=False,
+            dtype=object,
+            na_filter=False,
+            keep_default_na=False,
+            engine="c",
+            encoding="utf-8",
+            encoding_errors="strict",
+            sep=",",
+            quotechar='"',
+            doublequote=True,
+            escapechar=None,
+            skipinitialspace=False,
+            skip_blank_lines=True,
+            comment=None,
+            chunksize=_FAST_CHUNK_ROWS,
+            low_memory=False,
+        )
+        for frame in chunks:
+            cells = {name: _distinct(pd, frame[i].to_numpy(dtype=object)) for i, name in known.items()}
+            chunk = encode_chunk(cells, len(frame), rules, built.vocabs)
+            for j in np.flatnonzero(chunk.doubt).tolist():
+                row = {name: str(distinct[rows[j]]) for name, (distinct, rows) in cells.items()}
+                try:
+                    offer = _offer_from_row(row, "", gpus)
+                except CatalogError:
+                    return None
+                chunk.set(j, offer, built.vocabs)
+            built.add(chunk)
+    if source.unsure:
+        return None
+    table = built.table()
+    return None if has_duplicate(table.keys()) else table
 
 
 def stale_offers(offers: Iterable[Offer], max_age_days: int, today: dt.date | None = None) -> list[Offer]:

@@ -42,7 +42,7 @@ from ftsolve.solver._memory import (
     memory_terms,
     unsharded_gradient_bytes,
 )
-from ftsolve.solver._rows import unique_rows
+from ftsolve.solver._rows import equal_rows, unique_rows
 from ftsolve.solver._stacks import STACKS
 from ftsolve.solver._throughput import StepTime, flops_per_token, step_time
 
@@ -123,7 +123,8 @@ def gpu_filter(names: tuple[str, ...], catalog: Catalog) -> list[str]:
 
 
 def _known(kind: str, names: tuple[str, ...] | None, known: NDArray[np.str_]) -> list[str] | None:
-    """Lower-cased filter values, each one that some offer has (else refused with suggestions)."""
+    """Lower-cased filter values, each one that some offer has (`known`: the offers' distinct
+    values; else refused with suggestions)."""
     if names is None:
         return None
     values = sorted(set(known.tolist()))
@@ -139,14 +140,16 @@ def offer_rows(job: JobSpec, catalog: Catalog, arr: OfferArrays, prune: bool) ->
     filters = job.model_copy(
         update={
             "gpus": None if job.gpus is None else tuple(gpu_filter(job.gpus, catalog)),
-            "providers": _known("provider", job.providers, arr.provider),
-            "regions": _known("region", job.regions, arr.region),
+            "providers": _known("provider", job.providers, arr.providers),
+            "regions": _known("region", job.regions, arr.regions),
         }
     )
     scope_mask, scope = scope_offers(filters, arr)
-    gpu_names = sorted(set(arr.gpu[scope_mask].tolist()))
-    gid = np.searchsorted(np.array(gpu_names, dtype=str), arr.gpu) if gpu_names else np.zeros(len(arr.gpu), np.int64)
-    gid = np.where(scope_mask, gid, -1).astype(np.int64)
+    # The GPU types in scope, sorted (arr.gpus is): an offer's gid is its type's index among them.
+    in_scope = np.zeros(arr.gpus.shape[0], dtype=bool)
+    in_scope[arr.gpu_id[scope_mask]] = True
+    gpu_names = arr.gpus[in_scope].tolist()
+    gid = np.where(scope_mask, (np.cumsum(in_scope) - 1)[arr.gpu_id] if in_scope.size else -1, -1).astype(np.int64)
     m_offer, m_market = _market_rows(job, arr, scope_mask, gid, prune)
     node_counts = launchable_node_counts(job.max_nodes)
     # Several nodes only where the provider sells them as a cluster with a stated network; two
@@ -173,12 +176,26 @@ def scope_offers(job: JobSpec, arr: OfferArrays) -> tuple[B, ScopeReport]:
     """Offers that pass the user's filters, and how many each filter removed."""
     has_od, has_spot = ~np.isnan(arr.on_demand), ~np.isnan(arr.interruptible)
     markets = set(job.markets)
+
+    def among(names: NDArray[np.str_], ids: I, wanted: list[str]) -> B:
+        # Each distinct name is tested once; the offers take their name's answer.
+        out: B = np.isin(names, wanted)[ids] if names.size else np.zeros(ids.shape, dtype=bool)
+        return out
+
     filters: list[tuple[str, B | None]] = [
-        ("providers", None if job.providers is None else np.isin(arr.provider, [p.lower() for p in job.providers])),
-        ("regions", None if job.regions is None else np.isin(arr.region, [r.lower() for r in job.regions])),
-        ("countries", None if job.countries is None else np.isin(arr.country, list(job.countries))),
-        ("eu_only", np.isin(arr.country, sorted(EEA_COUNTRIES)) if job.eu_only else None),
-        ("gpus", None if job.gpus is None else np.isin(arr.gpu, list(job.gpus))),
+        (
+            "providers",
+            None
+            if job.providers is None
+            else among(arr.providers, arr.provider_id, [p.lower() for p in job.providers]),
+        ),
+        (
+            "regions",
+            None if job.regions is None else among(arr.regions, arr.region_id, [r.lower() for r in job.regions]),
+        ),
+        ("countries", None if job.countries is None else among(arr.countries, arr.country_id, list(job.countries))),
+        ("eu_only", among(arr.countries, arr.country_id, sorted(EEA_COUNTRIES)) if job.eu_only else None),
+        ("gpus", None if job.gpus is None else among(arr.gpus, arr.gpu_id, list(job.gpus))),
         (
             "markets",
             (has_od & ("on-demand" in markets))
@@ -187,7 +204,7 @@ def scope_offers(job: JobSpec, arr: OfferArrays) -> tuple[B, ScopeReport]:
         ),
         ("max_gpus", arr.gpus_per_node <= job.max_gpus),
     ]
-    keep = np.ones(len(arr.gpu), dtype=bool)
+    keep = np.ones(arr.gpu_id.shape[0], dtype=bool)
     removed: dict[str, int] = {}
     for name, mask in filters:
         if mask is None:
@@ -196,22 +213,20 @@ def scope_offers(job: JobSpec, arr: OfferArrays) -> tuple[B, ScopeReport]:
         if int(keep.sum()) != int(after.sum()):
             removed[name] = int(keep.sum() - after.sum())
         keep = after
-    return keep, ScopeReport(len(arr.gpu), int(keep.sum()), removed)
+    return keep, ScopeReport(arr.gpu_id.shape[0], int(keep.sum()), removed)
 
 
 def twin_groups(arr: OfferArrays, scope: B, gid: I) -> I:
     """A label per offer (-1 out of scope): offers with one label differ in their prices only (the
     same GPU, node size and network, and the same value of every fact in `pricing_facts`)."""
-    ids = np.flatnonzero(scope)
-    cols = [gid[ids], arr.gpus_per_node[ids], arr.inter_node_gbit[ids]]
+    cols = [gid, arr.gpus_per_node, arr.inter_node_gbit]
     for name in pricing_facts():
-        col = getattr(arr, name)[ids]
-        if np.issubdtype(col.dtype, np.number):
-            cols.append(np.nan_to_num(col.astype(np.float64), nan=-1.0))
-        else:
-            cols.append(np.unique(col, return_inverse=True)[1].reshape(-1))
+        col = getattr(arr, f"{name}_id", None)  # a text column's codes: equal codes, equal text
+        col = getattr(arr, name) if col is None else col
+        cols.append(col if np.issubdtype(col.dtype, np.number) else np.unique(col, return_inverse=True)[1].reshape(-1))
+    ids = np.flatnonzero(scope)
     labels = np.full(scope.shape[0], -1, dtype=np.int64)
-    labels[ids] = unique_rows(np.stack(cols, axis=1).astype(np.float64))[1]
+    labels[ids] = equal_rows(cols, ids)
     return labels
 
 
@@ -243,15 +258,21 @@ def _market_rows(job: JobSpec, arr: OfferArrays, scope: B, gid: I, prune: bool) 
 
 
 def _cheapest_per_group(ids: I, group: I, price: F) -> I:
-    order = np.lexsort((ids, price, group))
-    first = np.ones(ids.size, dtype=bool)
-    first[1:] = group[order][1:] != group[order][:-1]
-    out: I = np.sort(ids[order][first])
+    """The first offer (in catalog order) at its group's lowest price, per group, in catalog order:
+    the first of np.lexsort((ids, price, group)) per group, without sorting a million offers."""
+    groups = int(group.max()) + 1
+    lowest = np.full(groups, np.inf)
+    np.minimum.at(lowest, group, price)
+    at_lowest = price == lowest[group]
+    first = np.full(groups, np.iinfo(np.int64).max)
+    np.minimum.at(first, group[at_lowest], ids[at_lowest])
+    out: I = np.sort(first[first < np.iinfo(np.int64).max])
     return out
 
 
 def _pareto_per_group(ids: I, group: I, od: F, spot: F) -> I:
     """Offers not dominated (both prices higher or equal) by another offer of their group."""
+    ids, group, od, spot = _drop_dominated_by_corners(ids, group, od, spot)
     order = np.lexsort((ids, spot, od, group))
     g, s_ = group[order], spot[order]
     # Earlier groups get larger offsets so that a running minimum never leaks into the next group.
@@ -260,6 +281,41 @@ def _pareto_per_group(ids: I, group: I, od: F, spot: F) -> I:
     keep = np.ones(ids.size, dtype=bool)
     keep[1:] = (shifted[1:] < running[:-1]) | (g[1:] != g[:-1])
     out: I = np.sort(ids[order][keep])
+    return out
+
+
+def _drop_dominated_by_corners(ids: I, group: I, od: F, spot: F) -> tuple[I, I, F, F]:
+    """The offers less those that each group's first offer by (on-demand, spot, catalog order), and
+    its first by (spot, on-demand, catalog order), match or beat on both prices. Each such corner
+    comes before them in _pareto_per_group's order with a spot price no higher, so dropping them
+    changes no other offer's verdict; what remains is sorted (often a small part of a million)."""
+    if ids.size == 0:
+        return ids, group, od, spot
+    dominated = np.zeros(ids.size, dtype=bool)
+    for first, second in ((od, spot), (spot, od)):
+        corner = _first_per_group(ids, group, first, second)
+        c_first, c_second = first[corner][group], second[corner][group]
+        dominated |= (first >= c_first) & (second >= c_second) & (np.arange(ids.size) != corner[group])
+    keep = ~dominated
+    return ids[keep], group[keep], od[keep], spot[keep]
+
+
+def _first_per_group(ids: I, group: I, first: F, second: F) -> I:
+    """Per group label (0..max), the position of its offer that is first by (first, second, ids);
+    -1 where a label has no offer."""
+    groups = int(group.max()) + 1
+    big = np.iinfo(np.int64).max
+    lowest = np.full(groups, np.inf)
+    np.minimum.at(lowest, group, first)
+    tied = np.flatnonzero(first == lowest[group])
+    lowest2 = np.full(groups, np.inf)
+    np.minimum.at(lowest2, group[tied], second[tied])
+    tied = tied[second[tied] == lowest2[group[tied]]]
+    least_id = np.full(groups, big)
+    np.minimum.at(least_id, group[tied], ids[tied])
+    tied = tied[ids[tied] == least_id[group[tied]]]
+    out = np.full(groups, -1, dtype=np.int64)
+    out[group[tied]] = tied
     return out
 
 
