@@ -116,5 +116,9 @@ def test_a_torchtune_job_is_never_planned_on_a_gpu_without_bf16() -> None:
     assert ftsolve.plan(job, top=1).plans
     with pytest.raises(ftsolve.NoFeasiblePlan, match="compatibility rules out all"):
         ftsolve.plan(job.model_copy(update={"stack": "torchtune"}), top=1)
+    # The estimates apply the same rule.
+    with pytest.raises(ftsolve.InvalidJobSpec, match="refuse fp16"):
+        torchtune = MemoryOptions.for_stack("torchtune")
+        ftsolve.estimate_time("qwen2.5-0.5b", "v100-sxm2-16gb", method="lora", options=torchtune)
     both = job.model_copy(update={"stack": "torchtune", "gpus": ("v100-sxm2-16gb", "a100-sxm-40gb")})
     assert {p.gpu for p in ftsolve.plan(both, top=20).plans} == {"a100-sxm-40gb"}

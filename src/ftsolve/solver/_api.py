@@ -379,7 +379,7 @@ def _unsupported(t: CandidateTable, rows: NDArray[np.int64]) -> str:
         t.quant[rows],
         np.full(rows.shape, spec.vendor == "nvidia"),
         np.full(rows.shape, timed),
-        spec.supports_bf16,
+        np.full(rows.shape, spec.supports_bf16),
         STACKS[t.job.stack].requires_bf16,
     )
     broken = [rule.reason for rule in GPU_RULES + TIMING_RULES if not rule.holds(on_gpu).any()]

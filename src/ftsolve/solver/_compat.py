@@ -15,7 +15,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ftsolve._errors import InvalidJobSpec
+from ftsolve.solver._hardware import Hardware
 from ftsolve.solver._memory import DDP, FULL, LORA, NONE, Q4, Q8, Q16, QLORA, ZERO1, ZERO2, ZERO3
+from ftsolve.solver._stacks import STACKS
 
 I = NDArray[np.int64]
 B = NDArray[np.bool_]
@@ -58,8 +60,13 @@ class OnGpu:
     quant: I
     nvidia: B
     timed: B  # the catalog has the GPU's tensor peak and memory bandwidth
-    bf16: B | bool = True  # the GPU computes in bf16
-    needs_bf16: bool = False  # the stack refuses fp16 (Stack.requires_bf16)
+    bf16: B  # the GPU computes in bf16
+    needs_bf16: bool  # the stack refuses fp16 (Stack.requires_bf16)
+
+    @classmethod
+    def of(cls, quant: I, hw: Hardware, at: I | slice, stack: str) -> OnGpu:
+        """The GPU facts of setups `hw[at]` running `quant` on `stack`."""
+        return cls(quant, hw.nvidia[at], hw.timed[at], hw.bf16[at], STACKS[stack].requires_bf16)
 
 
 @dataclass(frozen=True)
@@ -100,7 +107,7 @@ GPU_RULES: tuple[Rule[OnGpu], ...] = (
     Rule(
         "bf16",
         "the stack's recipes refuse fp16 and this GPU has no bf16 (torchtune)",
-        lambda g: np.asarray(g.bf16) | (not g.needs_bf16),
+        lambda g: g.bf16 | (not g.needs_bf16),
     ),
 )
 # What the catalog must know of a GPU to time a setup on it (a time estimate and the table).

@@ -212,12 +212,12 @@ def _one_row(
 
 
 def _one_gpu(
-    catalog: Catalog, gpu: str, quant: I, n_gpus: int, nodes: int, inter_node_gbit_per_s: float | None = None
+    catalog: Catalog, gpu: str, row: _OneRow, n_gpus: int, nodes: int, inter_node_gbit_per_s: float | None = None
 ) -> Hardware:
-    """One GPU setup (as the table builds it), refused where the planner would never run `quant` on it."""
+    """One GPU setup (as the table builds it), refused where the planner would never run the row on it."""
     gbit = inter_node_gbit_per_s if inter_node_gbit_per_s is not None else DEFAULT_INTER_NODE_GBIT
     hw = hardware([catalog.gpu(gpu)], _a(0), _a(n_gpus), _a(nodes), np.array([gbit], dtype=np.float64))
-    refuse_broken(GPU_RULES, OnGpu(quant, hw.nvidia, hw.timed), prefix=f"GPU {gpu!r}: ")
+    refuse_broken(GPU_RULES, OnGpu.of(row.setup.quant, hw, slice(None), row.opts.stack), prefix=f"GPU {gpu!r}: ")
     return hw
 
 
@@ -269,7 +269,7 @@ def estimate_memory(
     peak = float(terms.peak_bytes(_a(micro_batch))[0]) / k.GIB
     usable = fits = None
     if gpu is not None:
-        hw = _one_gpu(catalog, gpu, row.setup.quant, n_gpus, 1)
+        hw = _one_gpu(catalog, gpu, row, n_gpus, 1)
         usable = round(float(hw.usable_bytes[0]) / k.GIB, 3)
         fits = peak <= usable
     return MemoryEstimate(
@@ -374,8 +374,8 @@ def estimate_time(
         gradient_checkpointing=gradient_checkpointing,
         lora_rank=lora_rank,
     )
-    hw = _one_gpu(catalog, gpu, row.setup.quant, n_gpus, nodes, inter_node_gbit_per_s)
-    refuse_broken(TIMING_RULES, OnGpu(row.setup.quant, hw.nvidia, hw.timed), prefix=f"GPU {gpu!r}: ")
+    hw = _one_gpu(catalog, gpu, row, n_gpus, nodes, inter_node_gbit_per_s)
+    refuse_broken(TIMING_RULES, OnGpu.of(row.setup.quant, hw, slice(None), row.opts.stack), prefix=f"GPU {gpu!r}: ")
     u = utilization if utilization is not None else float(hw.utilization[0])
     terms = row.terms(seq_len)
     s = row.setup

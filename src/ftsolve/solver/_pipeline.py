@@ -43,7 +43,6 @@ from ftsolve.solver._memory import (
     unsharded_gradient_bytes,
 )
 from ftsolve.solver._rows import equal_rows, unique_rows
-from ftsolve.solver._stacks import STACKS
 from ftsolve.solver._throughput import StepTime, flops_per_token, step_time
 
 F = NDArray[np.float64]
@@ -260,13 +259,8 @@ def _market_rows(job: JobSpec, arr: OfferArrays, scope: B, gid: I, prune: bool) 
 def _cheapest_per_group(ids: I, group: I, price: F) -> I:
     """The first offer (in catalog order) at its group's lowest price, per group, in catalog order:
     the first of np.lexsort((ids, price, group)) per group, without sorting a million offers."""
-    groups = int(group.max()) + 1
-    lowest = np.full(groups, np.inf)
-    np.minimum.at(lowest, group, price)
-    at_lowest = price == lowest[group]
-    first = np.full(groups, np.iinfo(np.int64).max)
-    np.minimum.at(first, group[at_lowest], ids[at_lowest])
-    out: I = np.sort(first[first < np.iinfo(np.int64).max])
+    at = _first_per_group(ids, group, price, np.zeros_like(price))
+    out: I = np.sort(ids[at[at >= 0]])
     return out
 
 
@@ -377,8 +371,7 @@ def pair_physics(job: JobSpec, opts: MemoryOptions, sizes: ModelSizes, hw: Hardw
     hi, ti = np.nonzero(wanted & holds_all(SETUP_RULES, setup))
     index = np.full((len(hw), len(CONFIGS)), -1, dtype=np.int64)
     index[hi, ti] = np.arange(hi.shape[0])
-    on_gpu = OnGpu(cq[ti], hw.nvidia[hi], hw.timed[hi], hw.bf16[hi], STACKS[job.stack].requires_bf16)
-    compatible = holds_all(GPU_RULES + TIMING_RULES, on_gpu)
+    compatible = holds_all(GPU_RULES + TIMING_RULES, OnGpu.of(cq[ti], hw, hi, job.stack))
     fix = pair_corrections(job, opts, hw, hi, CONFIGS[ti])  # the user's measured runs (ftsolve calibrate)
     memory = _fit_memory(job, opts, sizes, hw.usable_bytes[hi], CONFIGS[ti], hw.n_gpus[hi], fix)
     largest = memory.micro_batch
