@@ -525,17 +525,15 @@ class _CpSatModel:
         cp_model, model = self.cp_model, self.model
         start, duration, end, interval = [], [], [], []
         # A run left out takes no time at its earliest start, after its predecessors (its
-        # successors still wait for them), and is bound by no due time or horizon: the latest
-        # end over all tables bounds it.
-        last_end = max(max(tl.release.get(t.name, 0), tl.end_limit(t.name)) for t in self.problem.tables)
-        limits: list[int] = []
-        for t, rows, x in zip(self.problem.tables, self.rows, self.x, strict=True):
+        # successors still wait for them); no due time binds it, only the latest end of all.
+        finish_max = max([tl.horizon, *(tl.release.values())])
+        runs: dict[int, Any] = {}
+        for k, (t, rows, x) in enumerate(zip(self.problem.tables, self.rows, self.x, strict=True)):
             release = tl.release.get(t.name, 0)
             latest = max(release, tl.end_limit(t.name))
-            limits.append(latest)
             d = t.columns[tl.duration][rows]
             lengths = sorted({int(v) for v in d} | ({0} if t.optional or not rows.size else set()))
-            top = last_end if t.optional else latest
+            top = finish_max if t.optional else latest
             s = model.new_int_var(release, top, f"start[{t.name}]")
             size = model.new_int_var_from_domain(cp_model.Domain.from_values(lengths), f"duration[{t.name}]")
             model.add(size == cp_model.LinearExpr.weighted_sum(x, [int(v) for v in d]))
@@ -544,19 +542,14 @@ class _CpSatModel:
             duration.append(size)
             end.append(e)
             interval.append(model.new_interval_var(s, size, e, f"run[{t.name}]"))
-        runs: dict[int, Any] = {}
-        for k, (t, x) in enumerate(zip(self.problem.tables, self.x, strict=True)):
             if t.optional:
                 runs[k] = model.new_bool_var(f"runs[{t.name}]")
                 model.add(runs[k] == sum(x))
+                model.add(e <= latest).only_enforce_if(runs[k]).with_name(f"due[{t.name}]")
                 self.holds.append((runs[k], k, list(range(len(x)))))
-        for k, e in enumerate(end):
-            if k in runs:
-                model.add(e <= limits[k]).only_enforce_if(runs[k]).with_name(f"due[{self.problem.tables[k].name}]")
         index = {t.name: i for i, t in enumerate(self.problem.tables)}
         for first, then in tl.after:
             model.add(start[index[then]] >= end[index[first]]).with_name(f"after[{first}][{then}]")
-        finish_max = max([tl.horizon, *(tl.release.values())])
         finish = model.new_int_var(0, finish_max, "finish")
         for k, e in enumerate(end):
             # The finish is the last end of a table that runs: one that chooses no row does not.
