@@ -188,6 +188,23 @@ def _liger(row: dict[str, str]) -> bool:
     return "liger" in text and not any(t in text for t in ("no liger", "liger was off", "liger off"))
 
 
+def _optimizer_step(row: dict[str, str], stack: str) -> str | None:
+    """How the source's AdamW step ran, from the versions it states; None: the stack's default.
+
+    Both ran transformers' `adamw_torch` (torch.optim.AdamW on its foreach path): ms-swift's
+    SftArguments.optim = 'adamw_torch' with torch 2.1.1 (docs/source/LLM/Benchmark.md, @4312aeb2),
+    Qwen's finetune.py TrainingArguments.optim = "adamw_torch" with PyTorch 2.0 (README profiling
+    section, @2df8e8ac). DeepSpeed runs its own FusedAdam (its configs name an optimizer).
+    A row that names transformers' optimizer says which it ran; LitGPT's stack default is foreach.
+    """
+    optimizer = row["optimizer"].lower()
+    if stack == "deepspeed":
+        return None
+    if "adamw_torch" in optimizer:
+        return "fused" if "fused" in optimizer else "foreach"
+    return "foreach" if row["source_key"] in ("ms_swift_benchmark", "qwen_readme_profiling") else None
+
+
 def cases(path: Path) -> Iterator[tuple[dict[str, str], Case | None, str]]:
     """(row, case or None, reason when skipped) for every row of measured.csv."""
     archs = _archs()
@@ -273,6 +290,7 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         # Qwen's finetune/ds_config_zero2.json sets reduce_bucket_size 2e8 (its ZeRO-3 config
         # leaves "auto", as ms-swift's do).
         deepspeed_bucket_elements=2e8 if src == "qwen_readme_profiling" and sharding == "zero2" else None,
+        optimizer_step=_optimizer_step(row, stack),
     )
     precision = "int8" if "int8" in row["weight_precision"] else "nf4" if method == "qlora" else "16-bit"
     micro = int(float(row["micro_batch_size"]))
@@ -394,9 +412,11 @@ class Pieces:
         per-layer activations = A·u + e          (u: the scaled units, e: eager attention scores)
         no checkpointing:  stored = m·(A·u + e)  (m = layers, or 2 with activation offload)
         checkpointing:     stored = fixed inputs; recompute = max(A·u + e - logits, 0)
-        allocated = fixed + stored + recompute + logits + R[stack]
-        reserved  = allocated + F·(logits + recompute)      (variable-length batches only)
-        planning  = fixed + overheads + R + margin·(stored + recompute + logits + F·(...))
+        dynamic   = stored + recompute + logits
+        allocated = fixed + R[stack] + max(dynamic, step)
+        reserved  = fixed + R[stack] + max(dynamic + F·(logits + recompute), step)   (F: variable-length only)
+        planning  = fixed + overheads + R + max(margin·(dynamic + F·(...)), step)
+    (step: the optimizer step's temporaries, which need only what backward's dynamic memory leaves)
     """
 
     fixed: float
@@ -406,6 +426,7 @@ class Pieces:
     stored_ckpt: float
     logits: float
     overheads: float
+    step: float
 
 
 def _pieces(case: Case) -> Pieces:
@@ -417,17 +438,19 @@ def _pieces(case: Case) -> Pieces:
         flat = _estimate(case, ckpt=False, activation_offload=False).components_gib
     with applied(replace(unit, activation_scale=0.0)):
         flat0 = _estimate(case, ckpt=False, activation_offload=False).components_gib
-    dynamic = sum(c[n] for n in ("activations", "recompute", "logits", "fragmentation")) / margin
+    dynamic = ("activations", "recompute", "logits", "fragmentation", "optimizer_step")
+    overheads = c["cuda_context"] + c["nccl"]
     layers = case.arch.num_layers
     e = flat0["activations"] / margin / layers
     return Pieces(
-        fixed=est.allocated_gib - dynamic,
+        fixed=sum(v for n, v in c.items() if n not in dynamic) - overheads,
         u=flat["activations"] / margin / layers - e,
         e=e,
         m=2.0 if case.opts.activation_offload else float(layers),
         stored_ckpt=c["activations"] / margin if case.ckpt else 0.0,
         logits=c["logits"] / margin,
-        overheads=c["cuda_context"] + c["nccl"],
+        overheads=overheads,
+        step=est.optimizer_step_gib,
     )
 
 
@@ -441,10 +464,12 @@ def _analytic(case: Case, p: Pieces, coef: Coefficients) -> tuple[float, float]:
     stored = p.stored_ckpt if case.ckpt else p.m * layer
     recompute = max(layer - p.logits, 0.0) if case.ckpt else 0.0
     frag = f * (p.logits + recompute) if case.opts.variable_length else 0.0
-    allocated = p.fixed + stored + recompute + p.logits + runtime
+    dynamic = stored + recompute + p.logits
+    allocated = p.fixed + runtime + max(dynamic, p.step)
+    reserved = p.fixed + runtime + max(dynamic + frag, p.step)
     margin = 1.0 + k.DYNAMIC_MARGIN.value
-    planning = p.fixed + p.overheads + runtime + margin * (stored + recompute + p.logits + frag)
-    return (allocated + frag if case.reserved else allocated), planning
+    planning = p.fixed + p.overheads + runtime + max(margin * (dynamic + frag), p.step)
+    return (reserved if case.reserved else allocated), planning
 
 
 def _constrained_lstsq(x: np.ndarray, y: np.ndarray, c: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -500,15 +525,17 @@ def fit(rows: list[Case], pieces: dict[int, Pieces], prior: Coefficients) -> Coe
     best: tuple[tuple[float, float], Coefficients] | None = None
     for frag in np.arange(0.0, FRAGMENTATION_MAX + 0.01, 0.1) if informs_f else [prior.fragmentation]:
         a = prior.activation_scale
-        branches: list[bool] | None = None
+        branches: list[object] | None = None
         sol = np.zeros(1 + len(stacks))
         for _ in range(50):
-            now = [bool(c.ckpt and a * pieces[c.id].u + pieces[c.id].e > pieces[c.id].logits) for c in rows]
+            layer = [bool(c.ckpt and a * pieces[c.id].u + pieces[c.id].e > pieces[c.id].logits) for c in rows]
+            steps = [_step_wins(c, pieces[c.id], a, frag, lw) for c, lw in zip(rows, layer, strict=True)]
+            now: list[object] = [*layer, *steps]
             if now == branches:
                 break
             branches = now
             design, target, plan_design, plan_room = [], [], [], []
-            for c, layer_wins in zip(rows, now, strict=True):
+            for c, layer_wins in zip(rows, layer, strict=True):
                 p = pieces[c.id]
                 f_metric = frag if (c.reserved and c.opts.variable_length) else 0.0
                 f_plan = frag if c.opts.variable_length else 0.0
@@ -524,6 +551,11 @@ def fit(rows: list[Case], pieces: dict[int, Pieces], prior: Coefficients) -> Coe
                 else:
                     coef_a, const = 0.0, p.stored_ckpt + p.logits * (1 + f_metric)
                     coef_a_plan, const_plan = 0.0, margin * (p.stored_ckpt + p.logits * (1 + f_plan))
+                step_metric, step_plan = _step_wins(c, p, a, frag, layer_wins)
+                if step_metric:  # the optimizer step's temporaries make this row's peak
+                    coef_a, const = 0.0, p.step
+                if step_plan:
+                    coef_a_plan, const_plan = 0.0, p.step
                 design.append([coef_a, *onehot])
                 target.append(c.measured_gib - p.fixed - const)  # type: ignore[operator]
                 plan_design.append([coef_a_plan, *onehot])
@@ -531,7 +563,16 @@ def fit(rows: list[Case], pieces: dict[int, Pieces], prior: Coefficients) -> Coe
                 usable = c.usable_gib - 0.02 if c.ok and c.usable_gib else np.inf
                 plan_room.append(usable - p.fixed - p.overheads - const_plan)
             x, y = np.array(design), np.array(target)
-            sol = _constrained_lstsq(x * weight[:, None], y * weight, np.array(plan_design), np.array(plan_room))
+            # Partial pooling: each stack's runtime is also asked to equal the pooled runtime (the
+            # last unknown) as if by one more run of typical size, so a stack that few runs inform
+            # stays near the other stacks' value instead of taking up one source's habits.
+            typical = float(np.median([c.measured_gib for c in rows]))  # type: ignore[misc]
+            xs = np.hstack([x * weight[:, None], np.zeros((len(rows), 1))])
+            shrink = np.hstack([np.zeros((len(stacks), 1)), np.eye(len(stacks)), -np.ones((len(stacks), 1))]) / typical
+            xs = np.vstack([xs, shrink])
+            ys = np.concatenate([y * weight, np.zeros(len(stacks))])
+            pd_ = np.hstack([np.array(plan_design), np.zeros((len(rows), 1))])
+            sol = _constrained_lstsq(xs, ys, pd_, np.array(plan_room))[:-1]
             a = float(sol[0])
         rel = np.abs((x @ sol - y) * weight)
         score = (float(np.percentile(rel, 90)), float(np.median(rel)))
@@ -540,6 +581,22 @@ def fit(rows: list[Case], pieces: dict[int, Pieces], prior: Coefficients) -> Coe
             best = (score, coef)
     assert best is not None
     return best[1]
+
+
+def _dynamic(case: Case, p: Pieces, a: float, frag: float, layer_wins: bool) -> tuple[float, float]:
+    """(dynamic memory in the row's metric, dynamic memory at planning) for activation scale a."""
+    layer = a * p.u + p.e
+    stored = p.stored_ckpt if case.ckpt else p.m * layer
+    recompute = max(layer - p.logits, 0.0) if case.ckpt and layer_wins else 0.0
+    spare = frag * (p.logits + recompute) if case.opts.variable_length else 0.0
+    dynamic = stored + recompute + p.logits
+    return dynamic + (spare if case.reserved else 0.0), (1.0 + k.DYNAMIC_MARGIN.value) * (dynamic + spare)
+
+
+def _step_wins(case: Case, p: Pieces, a: float, frag: float, layer_wins: bool) -> tuple[bool, bool]:
+    """Whether the optimizer step, not backward, makes the row's (metric, planning) peak."""
+    metric, planning = _dynamic(case, p, a, frag, layer_wins)
+    return p.step > metric, p.step > planning
 
 
 @dataclass(frozen=True)

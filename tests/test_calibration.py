@@ -165,7 +165,7 @@ def test_calibrate_shows_predicted_against_measured_and_stores_the_correction(ho
     code, out = run("calibrate", str(PROBE))
     assert code == 0, out
     assert "measured        8,240" in out and "predicted" in out and "x0.88" in out
-    assert "activation memory x1.26" in out
+    assert "activation memory x1.27" in out
     cal = load_calibration()
     (c,) = cal.corrections
     assert c.key == ("h100-sxm", "hf", "lora") and str(c.date) == "2026-12-01"
@@ -227,7 +227,7 @@ def test_a_measured_peak_shrinks_the_headroom_on_its_gpu_only(home: Path) -> Non
     assert on_h100.memory.band == MEASURED_BAND.value
     assert on_a100.memory.band == pytest.approx(k.memory_band("lora", "hf"), abs=1e-3)
     assert any("headroom at most the measured ±5%" in a for a in on_h100.assumptions)
-    assert any("activation memory x1.26" in a and "carried to a100-sxm-80gb" in a for a in on_a100.assumptions)
+    assert any("activation memory x1.27" in a and "carried to a100-sxm-80gb" in a for a in on_a100.assumptions)
     # Every plan still passes the solver-independent check, which rebuilds the same physics.
     assert ftsolve.check_plan(job.model_copy(update={"gpus": ("h100-sxm",)}), CATALOG, on_h100) == []
 

@@ -545,3 +545,27 @@ def test_a_deepspeed_plan_ships_its_deepspeed_config(tmp_path: Path) -> None:
     sized = job.model_copy(update={"deepspeed_bucket_elements": 200_000_000})
     files = export_files("axolotl", ftsolve.plan(sized, CATALOG, top=1).plans[0], sized, CATALOG)
     assert json.loads(files["deepspeed.json"])["zero_optimization"]["reduce_bucket_size"] == 200_000_000
+
+
+@pytest.mark.parametrize(("stack", "step"), [("hf", "fused"), ("hf", "foreach"), ("torchtune", "fused")])
+def test_exports_run_the_optimizer_step_the_plan_priced(stack: str, step: str) -> None:
+    # torch AdamW's foreach step holds a copy of the second moments (priced as optimizer_step);
+    # the fused one does not. Each export asks its trainer for the step the plan assumed.
+    job = JobSpec(
+        model="llama-3.2-1b",
+        train_tokens=5_000_000,
+        seq_len=1024,
+        methods=("full",),
+        stack=stack,
+        optimizer="adamw-bf16",
+        optimizer_step=step,
+    )
+    p = ftsolve.plan(job, CATALOG, top=1).plans[0]
+    cfgs = dict(exports_of(p, job, CATALOG))
+    if stack == "torchtune":
+        assert cfgs["torchtune"]["optimizer"]["fused"] is (step == "fused")
+        return
+    name = "adamw_torch_fused" if step == "fused" else "adamw_torch"
+    assert check_training_args(cfgs["transformers"])["optim"] == name
+    assert cfgs["axolotl"]["optimizer"] == name
+    check_axolotl(cfgs["axolotl"])

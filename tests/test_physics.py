@@ -343,3 +343,57 @@ def test_autocast_on_an_fp32_model_keeps_bf16_weight_copies() -> None:
     # A bf16 model computes on its own weights; a quantized base has its dequantization workspace.
     assert _one_gpu(LORA, Q16, 0, MemoryOptions())["autocast_copies"] == 0.0
     assert _one_gpu(QLORA, Q4, 0, fp32)["autocast_copies"] == 0.0
+
+
+def _step(method: int, shard: int, n: int, step: str, optimizer: str = "adamw-bf16", **kw: object) -> MemoryTerms:
+    opts = MemoryOptions.for_stack("hf", optimizer=optimizer, optimizer_step=step, **kw)
+    return _terms(L8, method, Q16, shard, 1, n, options=opts)
+
+
+def test_foreach_adamw_holds_a_copy_of_the_second_moments_through_the_step() -> None:
+    # torch AdamW's multi-tensor path: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), one
+    # moment-sized temporary for every trainable parameter at once; the fused kernel needs none.
+    foreach, fused = _step(FULL, NONE, 1, "foreach"), _step(FULL, NONE, 1, "fused")
+    assert float(foreach.step[0]) == pytest.approx(L8.total_params() * 2.0)  # bf16 moments
+    assert float(fused.step[0]) == 0.0
+    assert _static_gib(foreach) == _static_gib(fused)
+    # The step runs after backward freed the activations and logits: the peak rises by the excess.
+    b = _a(1)
+    dynamic = float(foreach.per_sample_total()[0])
+    assert float(foreach.peak_bytes(b)[0] - fused.peak_bytes(b)[0]) == pytest.approx(L8.total_params() * 2.0 - dynamic)
+    parts = foreach.parts(b)
+    assert sum(float(v[0]) for v in parts.values()) == pytest.approx(float(foreach.peak_bytes(b)[0]))
+    # Mixed precision keeps fp32 moments; a LoRA step copies only the adapters' moments.
+    assert float(_step(FULL, NONE, 1, "foreach", "adamw").step[0]) == pytest.approx(L8.total_params() * 4.0)
+    lora = _step(LORA, NONE, 1, "foreach", "adamw")
+    assert float(lora.step[0]) == pytest.approx(L8.lora_params(16, "all-linear") * 4.0)
+
+
+def test_optimizer_step_temporaries_reuse_what_backward_frees_and_need_torch_adamw() -> None:
+    # Under FSDP the gathered layers and unsharded gradients are gone before the step: the step's
+    # shard-sized copy fits in them. 8-bit, paged and DeepSpeed optimizers update in place.
+    sharded = _step(FULL, ZERO3, 8, "foreach")
+    freed = sum(float(sharded.static[c][0]) for c in ("gathered_shards", "unsharded_gradients"))
+    assert float(sharded.step[0]) == pytest.approx(max(L8.total_params() * 2.0 / 8 - freed, 0.0))
+    assert float(_step(FULL, NONE, 1, "foreach", "adamw-8bit").step[0]) == 0.0
+    ds = MemoryOptions.for_stack("deepspeed", optimizer_step="foreach")
+    assert float(_terms(L8, FULL, Q16, ZERO2, 1, 2, options=ds).step[0]) == 0.0
+
+
+def test_a_micro_batch_fits_only_where_the_step_fits_too() -> None:
+    from ftsolve.solver._memory import max_micro_batch
+
+    t = _step(FULL, NONE, 1, "foreach")
+    room = float(t.static_total()[0]) + float(t.step[0]) - 1.0  # a byte short of the step's copy
+    assert max_micro_batch(t, np.array([room]), _a(8))[0] == 0
+    assert max_micro_batch(t, np.array([room + 2.0 + float(t.per_sample_total()[0])]), _a(1))[0] == 1
+
+
+def test_stacks_state_how_their_optimizer_steps() -> None:
+    from ftsolve.solver._stacks import OPTIMIZER_STEPS, STACKS
+
+    assert {s.optimizer_step for s in STACKS.values()} <= set(OPTIMIZER_STEPS)
+    assert STACKS["litgpt"].optimizer_step == "foreach"  # torch.optim.AdamW without fused=True
+    assert STACKS["torchtune"].optimizer_step == "fused"  # its configs set fused: True
+    assert MemoryOptions.for_stack("litgpt").optimizer_step == "foreach"
+    assert MemoryOptions.for_stack("litgpt", optimizer_step="fused").optimizer_step == "fused"

@@ -24,6 +24,15 @@ HF_OPTIMIZERS = {
     "sgd": "sgd",
     "adafactor": "adafactor",
 }
+
+
+def hf_optimizer(r: TrainingRecipe) -> str:
+    """transformers' `optim` for the plan: torch AdamW fused where the plan priced a fused step
+    (the foreach `adamw_torch` holds a copy of the second moments through the step)."""
+    name = HF_OPTIMIZERS[r.job.optimizer]
+    return "adamw_torch_fused" if name == "adamw_torch" and r.options.optimizer_step == "fused" else name
+
+
 # torchtune instantiates the optimizer by class path (the bitsandbytes ones are what its
 # single-device full fine-tuning configs use for the 8-bit and paged regimes).
 TORCHTUNE_OPTIMIZERS = {
@@ -149,7 +158,7 @@ def axolotl_config(r: TrainingRecipe) -> dict[str, Any]:
         "gradient_accumulation_steps": p.grad_accum,
         "max_steps": s.max_steps,
         "learning_rate": learning_rate(r),
-        "optimizer": HF_OPTIMIZERS[job.optimizer],
+        "optimizer": hf_optimizer(r),
         "bf16": r.dtype == "bf16",
         "fp16": r.dtype == "fp16",
         "attn_implementation": r.attention,
@@ -208,7 +217,7 @@ def training_arguments(r: TrainingRecipe) -> dict[str, Any]:
         "max_steps": s.max_steps,
         "learning_rate": learning_rate(r),
         "lr_scheduler_type": "cosine",
-        "optim": HF_OPTIMIZERS[r.job.optimizer],
+        "optim": hf_optimizer(r),
         "use_liger_kernel": r.options.loss == "fused",
         "bf16": r.dtype == "bf16",
         "fp16": r.dtype == "fp16",
@@ -321,6 +330,13 @@ def _torchtune_model(r: TrainingRecipe) -> tuple[str, str, str, str]:
     return found
 
 
+def _torchtune_optimizer(r: TrainingRecipe) -> dict[str, Any]:
+    out: dict[str, Any] = {"_component_": TORCHTUNE_OPTIMIZERS[r.job.optimizer], "lr": learning_rate(r)}
+    if out["_component_"] == "torch.optim.AdamW":
+        out["fused"] = r.options.optimizer_step == "fused"
+    return out
+
+
 def torchtune_config(r: TrainingRecipe) -> dict[str, Any]:
     """A torchtune recipe config for `tune run <recipe> --config torchtune.yaml` (recipes at
     TORCHTUNE_COMMIT, which save every `save_every_n_steps`)."""
@@ -368,7 +384,7 @@ def torchtune_config(r: TrainingRecipe) -> dict[str, Any]:
         "dataset": {"_component_": "torchtune.datasets.instruct_dataset", "source": DATASET, "packed": False},
         "seed": None,
         "shuffle": True,
-        "optimizer": {"_component_": TORCHTUNE_OPTIMIZERS[job.optimizer], "lr": learning_rate(r)},
+        "optimizer": _torchtune_optimizer(r),
         "loss": {"_component_": "torchtune.modules.loss.LinearCrossEntropyLoss"},
         # torchtune stops at epochs x max_steps_per_epoch: one epoch capped at the planned steps.
         "epochs": 1,

@@ -40,7 +40,7 @@ UNITS: dict[str, tuple[Callable[[str], float], str, str]] = {
 SECTIONS = {"job": "Job", "recipe": "Training recipe", "constraints": "Constraints", "policy": "More"}
 # Sections whose --help lists flag names only (with this lead-in); --help-all describes each.
 COMPACT = {
-    "Training recipe": "The stack's defaults fill what is not given (--help-all):",
+    "Training recipe": "Stack defaults (--help-all):",
     "More": "Data, trials, start-up, storage, headroom, batch, preferences (--help-all):",
 }
 OTHER_SECTION = "Output and catalog"

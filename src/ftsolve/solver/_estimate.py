@@ -68,6 +68,11 @@ class MemoryEstimate(BaseModel):
         description="what nvidia-smi would show: reserved + CUDA context + NCCL + managed (paged) memory"
     )
     managed_gib: float = Field(description="paged optimizer state in CUDA managed memory (pages out under pressure)")
+    optimizer_step_gib: float = Field(
+        default=0.0,
+        description="temporaries of the optimizer step beyond the gathered shards, unsharded gradients and "
+        "copies backward frees; they raise the peak only beyond its activations and logits (component optimizer_step)",
+    )
     peak_gib: float = Field(description="planning peak: reserved + context + NCCL + the dynamic margin")
     error_band: float = Field(
         description="relative: the leave-one-source-out p90 error for this method and stack, "
@@ -259,12 +264,16 @@ def estimate_memory(
         lora_rank=lora_rank,
     )
     terms = row.terms(seq_len, accumulating=grad_accum > 1)
-    parts = {name: float(v[0]) / k.GIB for name, v in (terms.static | terms.dynamic(_a(micro_batch))).items()}
-    unmargined = sum(float(v[0]) for v in terms.static.values()) + micro_batch * sum(
-        float(v[0]) for v in terms.per_sample.values()
-    )
+    parts = {name: float(v[0]) / k.GIB for name, v in terms.parts(_a(micro_batch)).items()}
+    # Measured figures have no margin: the dynamic memory as it is, with the optimizer step's
+    # temporaries beyond it; allocated memory leaves out what the allocator keeps in reserve.
+    static = sum(float(v[0]) for v in terms.static.values())
+    reserved_dynamic = micro_batch * sum(float(v[0]) for v in terms.per_sample.values())
+    allocated_dynamic = reserved_dynamic - micro_batch * float(terms.per_sample["fragmentation"][0])
+    step = float(np.ravel(terms.step)[0])
     overheads = parts["cuda_context"] + parts["nccl"]
-    reserved = unmargined / k.GIB - overheads
+    reserved = (static + max(reserved_dynamic, step)) / k.GIB - overheads
+    allocated = (static + max(allocated_dynamic, step)) / k.GIB - overheads
     managed = sum(float(v[0]) for v in terms.managed.values()) / k.GIB
     peak = float(terms.peak_bytes(_a(micro_batch))[0]) / k.GIB
     usable = fits = None
@@ -284,10 +293,11 @@ def estimate_memory(
         seq_len=seq_len,
         gradient_checkpointing=gradient_checkpointing,
         components_gib={name: round(v, 3) for name, v in parts.items()},
-        allocated_gib=round(reserved - float(terms.per_sample["fragmentation"][0]) * micro_batch / k.GIB, 3),
+        allocated_gib=round(allocated, 3),
         reserved_gib=round(reserved, 3),
         device_gib=round(reserved + overheads + managed, 3),
         managed_gib=round(managed, 3),
+        optimizer_step_gib=round(step / k.GIB, 3),
         peak_gib=round(peak, 3),
         error_band=max(k.memory_band(method, opts.stack), row.band),
         architecture_source=row.where,

@@ -123,7 +123,7 @@ class CandidateTable:
     def pair_memory_gib(self) -> dict[str, F]:
         """Memory components per pair: static parts, then dynamic ones incl. the margin."""
         m = self.physics.memory
-        parts = m.terms.static | m.terms.dynamic(np.maximum(m.micro_batch, 1))
+        parts = m.terms.parts(np.maximum(m.micro_batch, 1))
         return {name: v / k.GIB for name, v in parts.items()}
 
     def memory_gib(self, i: int) -> dict[str, float]:

@@ -19,7 +19,7 @@ from ftsolve._errors import InvalidJobSpec
 from ftsolve.catalog._currency import Currency
 from ftsolve.catalog._models import ModelArch
 from ftsolve.solver._memory import MemoryOptions
-from ftsolve.solver._stacks import Loss, StackName
+from ftsolve.solver._stacks import Loss, OptimizerStep, StackName
 
 Method = Literal["full", "lora", "qlora"]
 Market = Literal["on-demand", "interruptible", "fallback", "adaptive"]
@@ -202,6 +202,13 @@ class JobSpec(BaseModel):
         default=None,
         title="torch.compile",
         description="torch.compile (recorded; no effect modelled yet)",
+        json_schema_extra=_cli("recipe"),
+    )
+    optimizer_step: OptimizerStep | None = Field(
+        default=None,
+        title="How the AdamW step runs",
+        description="fused (states updated in place) or foreach (torch AdamW's default path, which holds a copy "
+        "of the second moments through the step); default: the stack's",
         json_schema_extra=_cli("recipe"),
     )
     variable_length: bool = Field(
@@ -521,6 +528,7 @@ class JobSpec(BaseModel):
             optimizer_in_backward=self.optimizer_in_backward,
             activation_offload=self.activation_offload,
             compile=self.compile,
+            optimizer_step=self.optimizer_step,
             variable_length=self.variable_length,
             quant_kernel=self.quant_kernel,
             deepspeed_bucket_elements=self.deepspeed_bucket_elements,

@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 
 from ftsolve.catalog import ModelArch
 from ftsolve.solver import _coefficients as k
-from ftsolve.solver._stacks import LOSS_BYTES_PER_LOGIT, STACKS
+from ftsolve.solver._stacks import LOSS_BYTES_PER_LOGIT, OPTIMIZER_STEP_COPIES, STACKS
 
 F = NDArray[np.float64]
 I = NDArray[np.int64]
@@ -109,6 +109,7 @@ class MemoryOptions:
     optimizer_in_backward: bool = False  # each gradient applied and freed as backward produces it
     activation_offload: bool = False  # tensors saved for backward wait in CPU memory
     compile: bool = False  # torch.compile: recorded; no memory or time effect is modelled yet
+    optimizer_step: str = "fused"  # how the optimizer step runs, see _stacks.OptimizerStep
     # Batches of varying length (padded per batch, not packed or padded to seq_len): the caching
     # allocator then reserves beyond what is allocated for the short-lived tensors.
     variable_length: bool = False
@@ -130,6 +131,7 @@ class MemoryOptions:
             "optimizer_in_backward": s.optimizer_in_backward,
             "activation_offload": s.activation_offload,
             "compile": s.compile,
+            "optimizer_step": s.optimizer_step,
         }
         fields |= {name: value for name, value in overrides.items() if value is not None}
         return cls(**fields)
@@ -282,6 +284,10 @@ class MemoryTerms:
     # CUDA managed memory (paged optimizer state): on the GPU while there is room, paged out
     # under pressure, so it neither causes an out-of-memory error nor shows in torch's counters.
     managed: dict[str, F] = field(default_factory=dict)
+    # Temporaries of the optimizer step beyond what backward's static parts free before it (bytes).
+    # The step runs after backward has freed the activations and logits too, so it raises the
+    # peak only by what it needs beyond them.
+    step: F = field(default_factory=lambda: np.zeros(()))
 
     def static_total(self) -> F:
         out: F = np.sum(np.stack(list(self.static.values())), axis=0)
@@ -293,13 +299,25 @@ class MemoryTerms:
         return total
 
     def dynamic(self, micro_batch: F | I) -> dict[str, F]:
-        """Dynamic components at this micro-batch, margin included: with the static ones they
-        make up the peak."""
+        """Dynamic components at this micro-batch, margin included."""
         factor = dynamic_factor()
         return {name: v * micro_batch * factor for name, v in self.per_sample.items()}
 
+    def step_excess(self, dynamic_bytes: F) -> F:
+        """What the optimizer step needs beyond the dynamic memory backward had freed."""
+        out: F = np.maximum(self.step - dynamic_bytes, 0.0)
+        return out
+
+    def parts(self, micro_batch: F | I) -> dict[str, F]:
+        """Every component at this micro-batch, margin included; they sum to the peak."""
+        dynamic = self.dynamic(micro_batch)
+        excess = self.step_excess(micro_batch * self.per_sample_total())
+        return self.static | dynamic | {"optimizer_step": excess}
+
     def peak_bytes(self, micro_batch: F | I) -> F:
-        return self.static_total() + micro_batch * self.per_sample_total()
+        dynamic = micro_batch * self.per_sample_total()
+        out: F = self.static_total() + dynamic + self.step_excess(dynamic)
+        return out
 
     def take(self, idx: I) -> MemoryTerms:
         """The terms of the pairs at `idx` (components that are one value for all stay so)."""
@@ -307,11 +325,12 @@ class MemoryTerms:
         def pick(parts: dict[str, F]) -> dict[str, F]:
             return {name: v[idx] if np.ndim(v) else v for name, v in parts.items()}
 
-        return MemoryTerms(static=pick(self.static), per_sample=pick(self.per_sample), managed=pick(self.managed))
+        step = self.step[idx] if np.ndim(self.step) else self.step
+        return MemoryTerms(pick(self.static), pick(self.per_sample), pick(self.managed), step)
 
     def with_static(self, name: str, value: F) -> MemoryTerms:
         """The same terms with one static component replaced."""
-        return MemoryTerms(static=self.static | {name: value}, per_sample=self.per_sample, managed=self.managed)
+        return MemoryTerms(self.static | {name: value}, self.per_sample, self.managed, self.step)
 
 
 def _gradient_bytes(sizes: ModelSizes, opts: MemoryOptions, full: B, full_grad_bytes: float) -> F:
@@ -418,6 +437,26 @@ def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: 
         state_bytes=(w_b, g_b, o_b),
         dense=dense,
     )
+
+
+def _optimizer_step_bytes(sizes: ModelSizes, opts: MemoryOptions, st: _States, method: I, shard: I, n: F) -> F:
+    """Temporaries of the optimizer step per GPU: copies of one moment of every trainable
+    parameter of this GPU's shard (_stacks.OptimizerStep). Only torch's AdamW makes them; the
+    8-bit, paged, SGD and Adafactor optimizers update in place or per parameter."""
+    copies = OPTIMIZER_STEP_COPIES[opts.optimizer_step]
+    if copies == 0.0 or opts.optimizer not in ("adamw", "adamw-fp32", "adamw-bf16") or opts.framework == "deepspeed":
+        return np.zeros_like(st.trainable)
+    # One moment per parameter: 4 bytes in fp32 (mixed precision keeps fp32 moments), 2 for a
+    # model trained in bf16; adapters and embedding copies keep their own dtype's moments.
+    full_moment = st.state_bytes[2] / (3.0 if opts.optimizer == "adamw" else 2.0)
+    adapter_moment = adapter_state_bytes(opts.optimizer, opts.adapter_dtype)[2] / 2.0
+    copy_moment = embedding_copy_bytes(opts)[2] / 2.0
+    extra = sizes.embedding_params if opts.train_embeddings else 0.0
+    adapters = sizes.lora_params * adapter_moment + extra * copy_moment
+    moments = np.where(method == FULL, sizes.total_params * full_moment, adapters)
+    on_gpu = 0.0 if opts.offload_optimizer or opts.offload_params else 1.0
+    out: F = copies * moments / np.where(shard >= ZERO1, n, 1.0) * on_gpu
+    return out
 
 
 def _gathered_and_buckets(
@@ -552,23 +591,29 @@ def memory_terms(
     def b(x: F | float) -> F:
         return np.broadcast_to(np.asarray(x, dtype=np.float64), shape)
 
+    static = {
+        "weights": b(st.weights),
+        "adapters": b(st.adapters),
+        "gradients": b(st.grads),
+        "unsharded_gradients": b(unsharded_gradient_bytes(sizes, opts, method, shard, n_gpus, accumulating)),
+        "optimizer": b(st.optim),
+        "gathered_shards": b(gathered),
+        "comm_buckets": b(buckets),
+        "autocast_copies": b(_autocast_copies(sizes, st.dense, method, quant, shard, ckpt, n)),
+        "dequant_workspace": b(_dequant_workspace(sizes, opts, quant)),
+        "framework_runtime": b(k.runtime_gib(opts.stack).value * k.GIB),
+        "cuda_context": b(k.CUDA_CONTEXT_GIB.value * k.GIB),
+        "nccl": b(np.where(n > 1, k.NCCL_GIB.value * k.GIB, 0.0)),
+    }
+    # Before the step, FSDP has resharded its gathered layers and reduce-scattered the unsharded
+    # gradients, autocast has dropped its cached copies and no weight is dequantized: the step's
+    # temporaries reuse that memory first.
+    freed = sum(static[n] for n in ("unsharded_gradients", "gathered_shards", "autocast_copies", "dequant_workspace"))
     return MemoryTerms(
-        static={
-            "weights": b(st.weights),
-            "adapters": b(st.adapters),
-            "gradients": b(st.grads),
-            "unsharded_gradients": b(unsharded_gradient_bytes(sizes, opts, method, shard, n_gpus, accumulating)),
-            "optimizer": b(st.optim),
-            "gathered_shards": b(gathered),
-            "comm_buckets": b(buckets),
-            "autocast_copies": b(_autocast_copies(sizes, st.dense, method, quant, shard, ckpt, n)),
-            "dequant_workspace": b(_dequant_workspace(sizes, opts, quant)),
-            "framework_runtime": b(k.runtime_gib(opts.stack).value * k.GIB),
-            "cuda_context": b(k.CUDA_CONTEXT_GIB.value * k.GIB),
-            "nccl": b(np.where(n > 1, k.NCCL_GIB.value * k.GIB, 0.0)),
-        },
+        static=static,
         per_sample={name: b(v) for name, v in _per_sample(sizes, opts, seq_len, method, quant, ckpt).items()},
         managed={"paged_optimizer": b(st.paged)},
+        step=b(np.maximum(_optimizer_step_bytes(sizes, opts, st, method, shard, n) - freed, 0.0)),
     )
 
 
@@ -576,7 +621,7 @@ def max_micro_batch(terms: MemoryTerms, usable_bytes: F, cap: I) -> I:
     """Largest power-of-two micro-batch <= cap that fits; 0 where even b=1 does not fit."""
     room = usable_bytes - terms.static_total()
     fit = np.floor(room / terms.per_sample_total())
-    fit = np.minimum(fit, cap.astype(np.float64))
+    fit = np.where(room >= terms.step, np.minimum(fit, cap.astype(np.float64)), 0.0)
     out = np.zeros(fit.shape, dtype=np.int64)
     ok = fit >= 1
     out[ok] = (2 ** np.floor(np.log2(fit[ok]))).astype(np.int64)

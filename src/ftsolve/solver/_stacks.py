@@ -27,6 +27,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 Loss = Literal["fp32-upcast", "bf16", "chunked", "fused"]
+# How the optimizer step is computed, by the state-sized temporaries it allocates (OPTIMIZER_STEP_COPIES):
+# - `fused`: one kernel updates each state in place (torch AdamW(fused=True), DeepSpeed's FusedAdam,
+#   bitsandbytes' 8-bit and paged optimizers): none.
+# - `foreach`: torch AdamW's default multi-tensor path holds `exp_avg_sq_sqrt =
+#   torch._foreach_sqrt(device_exp_avg_sqs)`, a copy of the second moments of every parameter of
+#   a device and dtype in the param group, while it updates them all at once (torch/optim/adam.py
+#   _multi_tensor_adam, which then adds eps and divides in place): one. Older releases added eps
+#   out of place (`denom = torch._foreach_add(exp_avg_sq_sqrt, eps)`), a second copy this model
+#   leaves out because the release that changed it could not be confirmed.
+OptimizerStep = Literal["fused", "foreach"]
+OPTIMIZER_STEPS: tuple[OptimizerStep, ...] = ("fused", "foreach")
+OPTIMIZER_STEP_COPIES: dict[str, float] = {"fused": 0.0, "foreach": 1.0}
 LOSSES: tuple[Loss, ...] = ("fp32-upcast", "bf16", "chunked", "fused")
 StackName = Literal["hf", "accelerate-fsdp", "deepspeed", "torchtune", "axolotl", "unsloth", "litgpt", "ms-swift"]
 Runtime = Literal["hf", "deepspeed", "litgpt"]
@@ -55,6 +67,9 @@ class Stack:
     compile: bool = False
     fsdp_unsharded_accumulation: bool = True  # no_sync() keeps gradients whole between syncs
     requires_bf16: bool = False  # its recipes refuse fp16: GPUs without bf16 cannot run it
+    # Its default optimizer's step (OptimizerStep). transformers' Trainer defaults to
+    # adamw_torch_fused with PyTorch >= 2.8, to the foreach adamw_torch before.
+    optimizer_step: OptimizerStep = "fused"
     sources: tuple[tuple[str, str], ...] = ()  # (fact, where the stack's source shows it)
 
 
@@ -67,6 +82,11 @@ _PEFT_UPCAST = (
 _HF_LOSS = (
     "loss upcasts logits to fp32",
     f"{_TF} src/transformers/loss/loss_utils.py ForCausalLMLoss: `logits = logits.float()`",
+)
+_HF_OPTIM = (
+    "AdamW step fused (PyTorch >= 2.8)",
+    f"{_TF} src/transformers/training_args.py: default_optim = 'adamw_torch_fused' if "
+    "is_torch_greater_or_equal_than_2_8 (else 'adamw_torch', the foreach path)",
 )
 _HF_CKPT = (
     "gradient checkpointing off unless asked",
@@ -83,7 +103,7 @@ STACKS: dict[str, Stack] = {
             "fp32-upcast",
             "fp32",
             gradient_checkpointing=False,
-            sources=(_HF_LOSS, _PEFT_UPCAST, _HF_CKPT),
+            sources=(_HF_LOSS, _PEFT_UPCAST, _HF_CKPT, _HF_OPTIM),
         ),
         Stack(
             "accelerate-fsdp",
@@ -95,6 +115,7 @@ STACKS: dict[str, Stack] = {
             sources=(
                 _HF_LOSS,
                 _PEFT_UPCAST,
+                _HF_OPTIM,
                 (
                     "accumulation under no_sync keeps unsharded gradients",
                     "huggingface/accelerate src/accelerate/accelerator.py no_sync / "
@@ -112,6 +133,10 @@ STACKS: dict[str, Stack] = {
             fsdp_unsharded_accumulation=False,
             sources=(
                 _HF_LOSS,
+                (
+                    "FusedAdam updates the fp32 partitions in place",
+                    "deepspeedai/DeepSpeed deepspeed/ops/adam/fused_adam.py FusedAdam (multi_tensor_apply)",
+                ),
                 (
                     "fp32 gradient partitions and bucket buffers",
                     "deepspeedai/DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py; "
@@ -144,6 +169,11 @@ STACKS: dict[str, Stack] = {
                     "pytorch/torchtune recipes/configs/llama3_1/8B_lora_single_device.yaml: dtype: bf16",
                 ),
                 (
+                    "AdamW step fused",
+                    "pytorch/torchtune recipes/configs/llama3_1/8B_lora_single_device.yaml: "
+                    "optimizer: torch.optim.AdamW, fused: True",
+                ),
+                (
                     "activation checkpointing on",
                     "pytorch/torchtune recipes/configs/llama3_1/*.yaml: enable_activation_checkpointing: True",
                 ),
@@ -163,6 +193,7 @@ STACKS: dict[str, Stack] = {
             sources=(
                 _HF_LOSS,
                 _PEFT_UPCAST,
+                _HF_OPTIM,
                 (
                     "gradient checkpointing on in its examples",
                     "axolotl-ai-cloud/axolotl examples/llama-3/lora-8b.yml: gradient_checkpointing: true",
@@ -197,7 +228,13 @@ STACKS: dict[str, Stack] = {
             "bf16",
             "bf16",
             gradient_checkpointing=False,
+            optimizer_step="foreach",
             sources=(
+                (
+                    "torch AdamW on its default foreach path",
+                    "Lightning-AI/litgpt litgpt/utils.py instantiate_torch_optimizer: "
+                    "getattr(torch.optim, 'AdamW')(params, **kwargs), no fused argument",
+                ),
                 (
                     "chunked cross-entropy on bf16 logits",
                     "Lightning-AI/litgpt litgpt/utils.py chunked_cross_entropy; finetune/lora.py "
@@ -228,6 +265,7 @@ STACKS: dict[str, Stack] = {
                     "Optional[bool] = None (on unless disabled)",
                 ),
                 _PEFT_UPCAST,
+                _HF_OPTIM,
             ),
         ),
     )
