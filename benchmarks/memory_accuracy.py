@@ -521,6 +521,7 @@ def fit(rows: list[Case], pieces: dict[int, Pieces], prior: Coefficients) -> Coe
     stacks = sorted({c.stack for c in rows})
     informs_f = any(c.reserved and c.opts.variable_length for c in rows)
     weight = np.array([1.0 / c.measured_gib for c in rows])  # type: ignore[operator]
+    typical = float(np.median(1.0 / weight))  # GiB of a typical run: the pooling's scale
     margin = 1.0 + k.DYNAMIC_MARGIN.value
     best: tuple[tuple[float, float], Coefficients] | None = None
     for frag in np.arange(0.0, FRAGMENTATION_MAX + 0.01, 0.1) if informs_f else [prior.fragmentation]:
@@ -566,13 +567,12 @@ def fit(rows: list[Case], pieces: dict[int, Pieces], prior: Coefficients) -> Coe
             # Partial pooling: each stack's runtime is also asked to equal the pooled runtime (the
             # last unknown) as if by one more run of typical size, so a stack that few runs inform
             # stays near the other stacks' value instead of taking up one source's habits.
-            typical = float(np.median([c.measured_gib for c in rows]))  # type: ignore[misc]
             xs = np.hstack([x * weight[:, None], np.zeros((len(rows), 1))])
             shrink = np.hstack([np.zeros((len(stacks), 1)), np.eye(len(stacks)), -np.ones((len(stacks), 1))]) / typical
             xs = np.vstack([xs, shrink])
             ys = np.concatenate([y * weight, np.zeros(len(stacks))])
-            pd_ = np.hstack([np.array(plan_design), np.zeros((len(rows), 1))])
-            sol = _constrained_lstsq(xs, ys, pd_, np.array(plan_room))[:-1]
+            plan_x = np.hstack([np.array(plan_design), np.zeros((len(rows), 1))])
+            sol = _constrained_lstsq(xs, ys, plan_x, np.array(plan_room))[:-1]
             a = float(sol[0])
         rel = np.abs((x @ sol - y) * weight)
         score = (float(np.percentile(rel, 90)), float(np.median(rel)))

@@ -2,10 +2,12 @@
 
     python scripts/build_offers.py [SHARED_DATA_DIR]
 
-Reads skypilot_gpu_offers.csv and extra_gpu_prices.csv (provenance in SOURCES.md), maps every
-GPU spelling to a canonical id, converts instance prices to USD per GPU-hour, and writes
-src/ftsolve/catalog/data/offers.csv atomically. Rows it cannot use are counted and listed
-by reason on stderr, never guessed.
+Reads skypilot_gpu_offers.csv and extra_gpu_prices.csv (provenance in SOURCES.md), then the
+project's own data/extra_offers.csv (same columns; provenance in data/OFFERS.md) for offers the
+shared snapshots lack, maps every GPU spelling to a canonical id, converts instance prices to USD
+per GPU-hour, and writes src/ftsolve/catalog/data/offers.csv atomically. Both price files go
+through the same checks. Rows it cannot use are counted and listed by reason on stderr, never
+guessed.
 """
 
 from __future__ import annotations
@@ -29,6 +31,27 @@ from ftsolve.catalog._names import resolve_gpu  # noqa: E402
 from ftsolve.catalog._skypilot_facts import SKYPILOT_NOTES, completed, skypilot_tier  # noqa: E402
 
 OUT = ROOT / "src/ftsolve/catalog/data/offers.csv"
+# Offers the shared snapshots lack, kept by this project (provenance of each row in data/OFFERS.md).
+PROJECT_EXTRA = ROOT / "data/extra_offers.csv"
+# The columns of extra_gpu_prices.csv, which data/extra_offers.csv repeats exactly.
+EXTRA_COLUMNS = (
+    "provider",
+    "offering",
+    "instance_type",
+    "gpu",
+    "gpus_per_instance",
+    "on_demand_usd_per_instance_hour",
+    "spot_usd_per_instance_hour",
+    "billing",
+    "region",
+    "country",
+    "storage_usd_per_gb_month",
+    "price_date",
+    "source",
+    "notes",
+)
+# extra_rows keeps this many characters of a row's notes; a project row must fit (data/OFFERS.md has room).
+EXTRA_NOTES_CHARS = 300
 
 # SOURCES.md: no commit date was retrievable for the SkyPilot catalog files. Where SOURCES.md
 # matches a cloud's prices to a dated transcription, that date is used; otherwise the start of
@@ -163,6 +186,13 @@ EXTRA_KINDS: dict[str, tuple[PriceKind, PriceKind]] = {
     "scaleway": ("list", "list"),
     # Minimum "From" price per GPU-hour across the marketplace's hosts (rwydaegh/goliat, January 2026).
     "tensordock": ("floor", "floor"),
+    # data/extra_offers.csv (data/OFFERS.md). DigitalOcean ("do", SkyPilot's name): the "On-Demand Price" of
+    # digitalocean.com/pricing/gpu-droplets; no spot price.
+    "do": ("list", "list"),
+    # Hot Aisle's own price for newly allocated MI300X VMs (hotaisle/hotaisle-website); no spot price.
+    "hotaisle": ("list", "list"),
+    # Crusoe's on-demand price as transcribed from crusoe.ai/cloud/pricing (dstackai/gpuhunt); spot left out.
+    "crusoe": ("list", "list"),
 }
 
 
@@ -171,6 +201,8 @@ def extra_kinds(row: dict[str, str]) -> tuple[PriceKind, PriceKind]:
         # Secure: RunPod's own data centres at list prices; community: third-party hosts' market price.
         # Spot (2025-06-21 rows only): the GraphQL secureSpotPrice/communitySpotPrice read that day.
         return ("list" if row["offering"] == "secure" else "observed"), "observed"
+    if row["provider"] not in EXTRA_KINDS:
+        raise SystemExit(f"{row['provider']}: add its price kinds (on-demand, interruptible) to EXTRA_KINDS")
     return EXTRA_KINDS[row["provider"]]
 
 
@@ -206,15 +238,43 @@ EXTRA_NOT_LAUNCHABLE = {
     "hetzner": "monthly dedicated server with a setup fee, ordered in Hetzner Robot; no launcher starts it",
     "ovhcloud": "the source names no OVHcloud region code (GRA9, GRA11, ...) to launch in",
     "tensordock": "marketplace 'from' price across hosts: no host or location to launch on",
+    # The reasons below fit the 120 characters an export refusal quotes.
+    # docs.digitalocean.com/products/droplets/details/features (validated 2025-11-20): MI325X only in the
+    # "Contract-only GPU Droplets" tables; the price note in data/OFFERS.md says the same.
+    "do": "DigitalOcean's docs list the MI325X sizes as contract-only (a sales agreement, not self-service)",
+    # The price is per GPU for 1x/2x/4x VMs in Michigan; SkyPilot 0.14.1 has no sky/clouds/hotaisle.py.
+    "hotaisle": "no Hot Aisle VM type or location code in the source; SkyPilot 0.14.1 has no Hot Aisle cloud",
 }
+# The same, for one instance type of a provider whose other offers launch.
+EXTRA_NOT_LAUNCHABLE_TYPES = {
+    # SkyPilot 0.14.1's sky/catalog/data_fetchers/fetch_azure.py FAMILY_NAME_TO_SKYPILOT_GPU_NAME has no MI300X
+    # family, so the size has no accelerator and sky/clouds/azure.py picks its CPU image (no ROCm driver).
+    ("azure", "Standard_ND96isr_MI300X_v5"): "SkyPilot 0.14.1 knows no accelerator for Azure MI300X VMs: it would "
+    "boot its CPU image, without ROCm",
+}
+
+
+def not_launchable_reason(row: dict[str, str]) -> str:
+    """Why an extra row cannot be launched as written; "" when it can."""
+    return EXTRA_NOT_LAUNCHABLE_TYPES.get((row["provider"], row["instance_type"])) or EXTRA_NOT_LAUNCHABLE.get(
+        row["provider"], ""
+    )
 
 
 def extra_rows(
     path: Path, gpus: dict[str, GpuSpec], mem: dict[str, float], skipped: collections.Counter[str]
-) -> list[dict[str, str]]:
+) -> list[tuple[str, dict[str, str]]]:
+    """(at, offer row) of each offer of an extra price file (extra_gpu_prices.csv's columns): `at` names
+    the file and line the offer came from."""
     out = []
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if tuple(reader.fieldnames or ()) != EXTRA_COLUMNS:
+            raise SystemExit(f"{path.name}: expected the columns {','.join(EXTRA_COLUMNS)}, got {reader.fieldnames}")
+        for row in reader:
+            at = f"{path.name}, line {reader.line_num}"
+            if len(row["notes"]) > EXTRA_NOTES_CHARS and path == PROJECT_EXTRA:
+                raise SystemExit(f"{at}: notes longer than {EXTRA_NOTES_CHARS} characters; move detail to OFFERS.md")
             count = int(row["gpus_per_instance"])
             m = re.search(r"(\d+)\s*GB", row["gpu"])
             memory = float(m.group(1)) if m else None
@@ -238,7 +298,7 @@ def extra_rows(
                 # AWS g-family rows: same undated catalog file as the p-family (SOURCES.md).
                 date, estimated = SKYPILOT_DATES["aws"], "true"
             od_kind, spot_kind = extra_kinds(row)
-            reason = EXTRA_NOT_LAUNCHABLE.get(row["provider"], "")
+            reason = not_launchable_reason(row)
             base = {
                 "provider": row["provider"],
                 "tier": row["offering"],
@@ -265,7 +325,7 @@ def extra_rows(
             for region, country, where in extra_locations(row):
                 located = {"region": region, "country": country} if region else {}
                 note = f"{base['notes']}; {where}" if where else base["notes"]
-                out.append(base | located | {"notes": note})
+                out.append((at, base | located | {"notes": note}))
     return out
 
 
@@ -287,10 +347,8 @@ def main() -> None:
     mem = {name: g.memory_gib for name, g in gpus.items()}
     skipped: collections.Counter[str] = collections.Counter()
     offers = skypilot_offers(data / "skypilot_gpu_offers.csv", gpus, skipped)
-    offers += [
-        _offer_from_row(row, f"extra_gpu_prices.csv, row {i}", gpus)
-        for i, row in enumerate(extra_rows(data / "extra_gpu_prices.csv", gpus, mem, skipped), start=2)
-    ]
+    for path in (data / "extra_gpu_prices.csv", PROJECT_EXTRA):
+        offers += [_offer_from_row(row, at, gpus) for at, row in extra_rows(path, gpus, mem, skipped)]
     keys = collections.Counter(o.key for o in offers)
     dupes = [k for k, v in keys.items() if v > 1]
     if dupes:
