@@ -24,7 +24,7 @@ def _clean(text: str) -> str:
 
 def test_the_readme_has_a_tour() -> None:
     commands = [cmd for cmd, _ in BLOCKS]
-    assert any("--budget 1" in c for c in commands)  # an infeasible request
+    assert any("--budget 0.5" in c for c in commands)  # an infeasible request
     assert any("No feasible plan" in out for _, out in BLOCKS)
     assert any("--methods full" in c for c in commands)  # a multi-GPU full fine-tune
     assert any(c.startswith("python examples/") for c in commands)  # a library call
