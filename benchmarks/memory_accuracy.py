@@ -536,7 +536,7 @@ def fit(rows: list[Case], pieces: dict[int, Pieces], prior: Coefficients) -> Coe
                 break
             branches = now
             design, target, plan_design, plan_room = [], [], [], []
-            for c, layer_wins in zip(rows, layer, strict=True):
+            for c, layer_wins, (step_metric, step_plan) in zip(rows, layer, steps, strict=True):
                 p = pieces[c.id]
                 f_metric = frag if (c.reserved and c.opts.variable_length) else 0.0
                 f_plan = frag if c.opts.variable_length else 0.0
@@ -552,7 +552,6 @@ def fit(rows: list[Case], pieces: dict[int, Pieces], prior: Coefficients) -> Coe
                 else:
                     coef_a, const = 0.0, p.stored_ckpt + p.logits * (1 + f_metric)
                     coef_a_plan, const_plan = 0.0, margin * (p.stored_ckpt + p.logits * (1 + f_plan))
-                step_metric, step_plan = _step_wins(c, p, a, frag, layer_wins)
                 if step_metric:  # the optimizer step's temporaries make this row's peak
                     coef_a, const = 0.0, p.step
                 if step_plan:
@@ -704,6 +703,7 @@ def evaluate(path: Path, show_rows: bool = False) -> dict[str, tuple[float, floa
     for c, o in zip(all_cases, in_sample, strict=True):  # the analytic form is the library's
         if o.error is not None:
             assert abs(predict(c)[0] / c.measured_gib - 1.0 - o.error) < 1e-3, c.id  # type: ignore[operator]
+            assert abs(predict(c)[1] - _analytic(c, pieces[c.id], current)[1]) < 1e-2, c.id  # the planning peak too
     if show_rows:
         for o in loso:
             c = o.case

@@ -156,6 +156,30 @@ def test_a_static_part_above_the_measurement_holds_the_scale_and_says_so(tmp_pat
     assert fitted.memory_scale == 0.25 and "static memory" in fitted.notes[0]
 
 
+def test_a_peak_the_optimizer_step_makes_leaves_the_activation_scale_alone(tmp_path: Path) -> None:
+    # A full fine-tune whose foreach AdamW step needs more than its activations: the measured peak
+    # says nothing about the activations, so no correction is read from it.
+    record = json.loads(PROBE.read_text())
+    record["config"] |= {"model": "llama-3.2-1b", "method": "full", "seq_len": 512, "micro_batch": 1, "grad_accum": 1}
+    record["config"]["recipe"] |= {"optimizer": "adamw-bf16", "optimizer_step": "foreach"}
+    m = read_measurements(_write(tmp_path / "step.json", record))[0]
+    opts = m.config.options()
+    est = ftsolve.estimate_memory("llama-3.2-1b", method="full", seq_len=512, options=opts)
+    assert est.optimizer_step_gib > 0
+    record["measured"] |= {"peak_reserved_gib": None, "peak_allocated_gib": est.allocated_gib}
+    fitted = fit_measurement(read_measurements(_write(tmp_path / "step.json", record))[0], CATALOG)
+    assert fitted.memory_scale == 1.0 and "optimizer step" in fitted.notes[0]
+    # The same run with a fused step is read as activations, and the scale meets the measurement.
+    record["config"]["recipe"]["optimizer_step"] = "fused"
+    fitted = fit_measurement(read_measurements(_write(tmp_path / "fused.json", record))[0], CATALOG)
+    assert fitted.memory_scale is not None and fitted.memory_scale > 1.0 and not fitted.notes
+
+
+def _write(path: Path, record: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(record))
+    return path
+
+
 # --- the command, the store, and plans -----------------------------------------------------------
 
 BASE = ["--model", "llama-3.1-8b", "--tokens", "50M", "--seq-len", "2048", "--methods", "lora", "--max-gpus", "1"]

@@ -265,6 +265,29 @@ def test_a_full_fine_tune_on_one_80gb_card_is_answered_with_the_optimizer() -> N
     assert best.total_cost_usd == pytest.approx(recipe[0].plan_cost_usd)
 
 
+def test_a_foreach_optimizer_step_that_breaks_the_fit_is_answered_with_a_fused_one() -> None:
+    # LitGPT steps torch AdamW on its foreach path: a copy of the bf16 second moments (15 GiB for
+    # 8B) after backward, which one 80 GB card cannot hold beside the states and the headroom.
+    job = JobSpec(
+        model="llama-3.1-8b",
+        train_tokens=10**8,
+        seq_len=512,
+        methods=("full",),
+        max_gpus=1,
+        gpus=("h100-sxm",),
+        stack="litgpt",
+        optimizer="adamw-bf16",
+    )
+    cat = ftsolve.load_catalog()
+    with pytest.raises(NoFeasiblePlan) as err:
+        ftsolve.plan(job, cat)
+    recipe = [r for r in err.value.infeasibility.relaxations if r.constraint == "recipe"]
+    fused = [r for r in recipe if r.updates == {"optimizer_step": "fused"}]
+    assert fused and "fused AdamW step" in fused[0].change
+    best = ftsolve.plan(job.model_copy(update=fused[0].updates), cat, top=1).plans[0]
+    assert (best.method, best.n_gpus) == ("full", 1)
+
+
 def test_caps_that_contradict_each_other_are_named() -> None:
     job = JobSpec(
         model="llama-3.1-70b", train_tokens=10**8, seq_len=2048, methods=("full",), max_gpus=32, max_nodes=1,

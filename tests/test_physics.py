@@ -376,8 +376,24 @@ def test_optimizer_step_temporaries_reuse_what_backward_frees_and_need_torch_ada
     freed = sum(float(sharded.static[c][0]) for c in ("gathered_shards", "unsharded_gradients"))
     assert float(sharded.step[0]) == pytest.approx(max(L8.total_params() * 2.0 / 8 - freed, 0.0))
     assert float(_step(FULL, NONE, 1, "foreach", "adamw-8bit").step[0]) == 0.0
+    # Under DeepSpeed a torch AdamW client optimizer steps the fp32 partition of this GPU; its own
+    # FusedAdam (the stack's default) updates in place.
+    assert float(_terms(L8, FULL, Q16, ZERO2, 1, 2, options=MemoryOptions.for_stack("deepspeed")).step[0]) == 0.0
     ds = MemoryOptions.for_stack("deepspeed", optimizer_step="foreach")
-    assert float(_terms(L8, FULL, Q16, ZERO2, 1, 2, options=ds).step[0]) == 0.0
+    assert float(_terms(L8, FULL, Q16, ZERO2, 1, 2, options=ds).step[0]) == pytest.approx(L8.total_params() * 4.0 / 2)
+    # Stepped in each gradient's hook, one parameter's copy at most.
+    in_bwd = _step(FULL, NONE, 1, "foreach", optimizer_in_backward=True)
+    assert float(in_bwd.step[0]) == pytest.approx(L8.vocab_size * L8.hidden_size * 2.0)
+
+
+def test_the_step_is_net_of_what_accumulation_frees_too() -> None:
+    # FSDP accumulating under no_sync holds whole gradients until the step, which frees them first.
+    opts = MemoryOptions(optimizer="adamw-bf16", optimizer_step="foreach")
+    acc = _terms(L8, FULL, Q16, ZERO3, 1, 2, options=opts, accumulating=True)
+    one = _terms(L8, FULL, Q16, ZERO3, 1, 2, options=opts, accumulating=False)
+    assert float(acc.step[0]) < float(one.step[0])
+    swapped = one.with_static("unsharded_gradients", acc.static["unsharded_gradients"])
+    assert float(swapped.step[0]) == pytest.approx(float(acc.step[0]))
 
 
 def test_a_micro_batch_fits_only_where_the_step_fits_too() -> None:

@@ -6,12 +6,14 @@ Planning multiplies the model's tokens/s by it (every part of the step shrinks o
 the model's utilization and overheads together), so the configuration that ran is predicted at
 exactly its measured tokens/s.
 
-Memory: the model's peak is static + b · d (b sequences per micro-batch, d the dynamic bytes per
-sequence: activations, logits and what grows with them). The scale s solves
-measured = static + s · b · d for the metric the run reported (max_memory_reserved where given,
-else max_memory_allocated), so the configuration that ran is predicted at exactly its measured
-peak; planning multiplies the dynamic part by s. Where the static part alone exceeds the
-measurement, s is held at its lower bound and the record says so.
+Memory: the model's peak is static + max(b · d, step) (b sequences per micro-batch, d the dynamic
+bytes per sequence: activations, logits and what grows with them; step the optimizer step's
+temporaries beyond what backward frees). The scale s solves measured = static + s · b · d for
+the metric the run reported (max_memory_reserved where given, else max_memory_allocated), so the
+configuration that ran is predicted at exactly its measured peak; planning multiplies the
+dynamic part by s. Where the static part alone exceeds the measurement, s is held at its lower
+bound; where the optimizer step makes the peak, the measurement says nothing of d and s stays 1;
+the record says so.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ftsolve._calibration._records import Measurement
 from ftsolve._calibration._store import Calibration, Correction, StoredRecord
 from ftsolve.catalog import Catalog, load_catalog
 from ftsolve.solver import _coefficients as k
-from ftsolve.solver._estimate import estimate_memory, estimate_time
+from ftsolve.solver._estimate import MemoryEstimate, estimate_memory, estimate_time
 
 MEMORY_SCALE_BOUNDS = (0.25, 4.0)
 MEASURED_BAND = k.Coefficient(
@@ -77,22 +80,32 @@ def fit_measurement(m: Measurement, catalog: Catalog | None = None) -> StoredRec
     if metric is not None:
         measured = m.peak_reserved_gib if metric == "reserved" else m.peak_allocated_gib
         assert measured is not None
-        # The dynamic part per sequence is the step between b and b + 1 sequences (the model is
-        # linear in b); the static part is what is left at b.
+        # Without the optimizer step's temporaries the model is linear in b: the dynamic part per
+        # sequence is the step between b and b + 1 sequences, the static part what is left at b.
+        def value(est: MemoryEstimate) -> float:
+            return est.reserved_gib if metric == "reserved" else est.allocated_gib
+
         at_b = estimate_memory(model, micro_batch=c.micro_batch, **common)  # type: ignore[arg-type]
-        at_next = estimate_memory(model, micro_batch=c.micro_batch + 1, **common)  # type: ignore[arg-type]
-        value_b = at_b.reserved_gib if metric == "reserved" else at_b.allocated_gib
-        value_next = at_next.reserved_gib if metric == "reserved" else at_next.allocated_gib
-        dynamic = c.micro_batch * (value_next - value_b)
-        static = value_b - dynamic
-        predicted_mem = value_b
+        linear = common | {"options": replace(opts, optimizer_step="fused")}
+        lin_b = estimate_memory(model, micro_batch=c.micro_batch, **linear)  # type: ignore[arg-type]
+        lin_next = estimate_memory(model, micro_batch=c.micro_batch + 1, **linear)  # type: ignore[arg-type]
+        dynamic = c.micro_batch * (value(lin_next) - value(lin_b))
+        static = value(lin_b) - dynamic
+        predicted_mem = value(at_b)
         low, high = MEMORY_SCALE_BOUNDS
         raw = (measured - static) / dynamic if dynamic > 0 else 1.0
         scale = min(max(raw, low), high)
+        step = at_b.optimizer_step_gib
         if raw < low:
             notes.append(
                 f"the model's static memory ({static:.1f} GiB) is near or above the measured peak "
                 f"({measured:.1f} GiB): the activation scale is held at {low}"
+            )
+        elif step > 0 and measured <= static + step:
+            scale = 1.0
+            notes.append(
+                f"the optimizer step's temporaries ({step:.1f} GiB) make the predicted peak and the measured one "
+                f"({measured:.1f} GiB) is within them: the activation scale stays 1"
             )
         elif raw > high:
             notes.append(f"the measured peak needs an activation scale of {raw:.2f}; held at {high}")

@@ -135,9 +135,15 @@ def _probe_recipe(job: JobSpec) -> tuple[dict[str, Any], list[str]]:
         "train_embeddings": opts.train_embeddings,
         "flash_attention": opts.flash_attention,
         "double_quant": opts.double_quant,
+        "optimizer_step": opts.optimizer_step,
     }
     recipe |= {name: value for name, (_, value, _) in differs.items()}
     return recipe, notes
+
+
+# Full fine-tuning with these optimizers steps an fp32 master copy one parameter at a time in the
+# probe (probe_script.make_step), which holds at most one parameter's temporaries, as a fused step.
+MASTER_COPY_OPTIMIZERS = ("adamw", "paged-adamw", "sgd", "adafactor")
 
 
 def _estimates(config: RunConfig, gpu: str, catalog: Catalog) -> tuple[float, float, float, float, float]:
@@ -201,6 +207,9 @@ def build_probe(plan: Plan, job: JobSpec, catalog: Catalog, *, steps: int = 5, w
         raise InvalidJobSpec("invalid --steps/--warmup: steps 1-1000, warm-up 0-1000")
     arch = resolve_arch(job.model, catalog)[0]
     recipe, notes = _probe_recipe(job)
+    if plan.method == "full" and recipe["optimizer"] in MASTER_COPY_OPTIMIZERS and recipe["optimizer_step"] != "fused":
+        recipe["optimizer_step"] = "fused"
+        notes.append("steps the fp32 master copy one parameter at a time, where the job has a foreach step")
     precision = {"bf16": "16-bit", "fp16": "16-bit"}.get(plan.weight_precision, plan.weight_precision)
     base = RunConfig(
         model=arch,

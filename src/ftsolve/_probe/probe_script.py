@@ -174,9 +174,12 @@ def build_model(torch, args, device, dtype):
     return add_lora(torch, model, config, recipe, dtype)
 
 
-def make_optimizer(torch, name, params):
+def make_optimizer(torch, name, params, step="fused"):
     if name in ("adamw", "adamw-fp32", "adamw-bf16"):
-        return torch.optim.AdamW(params, lr=1e-5)
+        # The step the plan priced: fused in place, or foreach with its copy of the second
+        # moments (off CUDA, the per-parameter loop stands in for fused).
+        fused = step == "fused" and all(p.is_cuda for p in params)
+        return torch.optim.AdamW(params, lr=1e-5, fused=fused, foreach=step == "foreach")
     if name == "sgd":
         return torch.optim.SGD(params, lr=1e-5, momentum=0.9)
     if name == "adafactor":
@@ -199,13 +202,14 @@ def make_step(torch, model, device, dtype, batch, accum):
     under bf16 autocast; the others step the trainable parameters in their own dtype."""
     config = PLAN["config"]
     name = config.get("recipe", {}).get("optimizer") or "adamw"
+    how = config.get("recipe", {}).get("optimizer_step") or "fused"
     trainable = [p for p in model.parameters() if p.requires_grad]
     masters = None
     if config["method"] == "full" and name in ("adamw", "paged-adamw", "sgd", "adafactor"):
         masters = [p.detach().float() for p in trainable]
-        optimizer = make_optimizer(torch, name, masters)
+        optimizer = make_optimizer(torch, name, masters, how)
     else:
-        optimizer = make_optimizer(torch, name, trainable)
+        optimizer = make_optimizer(torch, name, trainable, how)
     mixed = any(p.dtype == torch.float32 for p in trainable)
     autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if mixed else contextlib.nullcontext
 

@@ -35,6 +35,7 @@ from ftsolve.solver._memory import (
     ModelSizes,
     memory_terms,
 )
+from ftsolve.solver._stacks import OPTIMIZER_STEPS
 from ftsolve.solver._throughput import StepTime, flops_per_token, step_time
 
 I = NDArray[np.int64]
@@ -61,7 +62,9 @@ class MemoryEstimate(BaseModel):
     grad_accum: int
     seq_len: int
     gradient_checkpointing: bool
-    components_gib: dict[str, float] = Field(description="static parts and the dynamic parts incl. margin")
+    components_gib: dict[str, float] = Field(
+        description="static parts, the dynamic parts incl. margin, and what the optimizer step needs beyond them"
+    )
     allocated_gib: float = Field(description="what torch.cuda.max_memory_allocated() would report")
     reserved_gib: float = Field(description="what torch.cuda.max_memory_reserved() would report")
     device_gib: float = Field(
@@ -73,7 +76,10 @@ class MemoryEstimate(BaseModel):
         description="temporaries of the optimizer step beyond the gathered shards, unsharded gradients and "
         "copies backward frees; they raise the peak only beyond its activations and logits (component optimizer_step)",
     )
-    peak_gib: float = Field(description="planning peak: reserved + context + NCCL + the dynamic margin")
+    peak_gib: float = Field(
+        description="planning peak: reserved + context + NCCL + the dynamic margin, or the optimizer step's "
+        "temporaries where they exceed the dynamic part"
+    )
     error_band: float = Field(
         description="relative: the leave-one-source-out p90 error for this method and stack, "
         "wider for a bare parameter count"
@@ -202,6 +208,8 @@ def _one_row(
         raise InvalidJobSpec(f"invalid sharding {sharding!r}: choose one of {', '.join(SHARD_NAMES)}")
     if opts.quant_kernel not in ("bitsandbytes", "gptq"):
         raise InvalidJobSpec(f"invalid quant_kernel {opts.quant_kernel!r}: choose bitsandbytes or gptq")
+    if opts.optimizer_step not in OPTIMIZER_STEPS:
+        raise InvalidJobSpec(f"invalid optimizer_step {opts.optimizer_step!r}: choose {' or '.join(OPTIMIZER_STEPS)}")
     m = METHOD_NAMES.index(method)
     setup = Setup(
         method=_a(m),
@@ -265,15 +273,10 @@ def estimate_memory(
     )
     terms = row.terms(seq_len, accumulating=grad_accum > 1)
     parts = {name: float(v[0]) / k.GIB for name, v in terms.parts(_a(micro_batch)).items()}
-    # Measured figures have no margin: the dynamic memory as it is, with the optimizer step's
-    # temporaries beyond it; allocated memory leaves out what the allocator keeps in reserve.
-    static = sum(float(v[0]) for v in terms.static.values())
-    reserved_dynamic = micro_batch * sum(float(v[0]) for v in terms.per_sample.values())
-    allocated_dynamic = reserved_dynamic - micro_batch * float(terms.per_sample["fragmentation"][0])
-    step = float(np.ravel(terms.step)[0])
     overheads = parts["cuda_context"] + parts["nccl"]
-    reserved = (static + max(reserved_dynamic, step)) / k.GIB - overheads
-    allocated = (static + max(allocated_dynamic, step)) / k.GIB - overheads
+    reserved = float(terms.measured_bytes(_a(micro_batch), reserved=True)[0]) / k.GIB - overheads
+    allocated = float(terms.measured_bytes(_a(micro_batch), reserved=False)[0]) / k.GIB - overheads
+    step = float(np.ravel(terms.step)[0])
     managed = sum(float(v[0]) for v in terms.managed.values()) / k.GIB
     peak = float(terms.peak_bytes(_a(micro_batch))[0]) / k.GIB
     usable = fits = None

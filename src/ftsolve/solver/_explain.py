@@ -127,6 +127,8 @@ def _recipe_changes(job: JobSpec) -> list[tuple[str, JobValue, str]]:
         out.append(("adapter_dtype", "bf16", "bf16 adapters"))
     if adapters and job.optimizer in ("adamw", "adamw-fp32"):
         out.append(("optimizer", "paged-adamw-8bit", "paged 8-bit AdamW"))
+    if opts.optimizer_step != "fused" and job.optimizer in ("adamw", "adamw-fp32", "adamw-bf16"):
+        out.append(("optimizer_step", "fused", "a fused AdamW step"))
     if opts.loss in ("fp32-upcast", "bf16"):
         out.append(("loss", "chunked", "chunked cross-entropy"))
     if not opts.activation_offload:

@@ -1,9 +1,9 @@
 """Peak GPU memory per GPU (physics.md §2-6), vectorized over training configurations.
 
-Peak(b) = static + b · per_sample · (1 + margin), where b is the micro-batch in sequences:
-model states, gathered shards, buffers and context do not depend on b; activations and logits
-grow linearly in it. That split lets the planner pick the largest micro-batch that fits in
-closed form.
+Peak(b) = static + max(b · per_sample · (1 + margin), step), where b is the micro-batch in
+sequences: model states, gathered shards, buffers and context do not depend on b; activations
+and logits grow linearly in it; the optimizer step's temporaries come after backward has freed
+them. That split lets the planner pick the largest micro-batch that fits in closed form.
 """
 
 from __future__ import annotations
@@ -275,6 +275,12 @@ def dynamic_factor() -> float:
     return 1.0 + k.DYNAMIC_MARGIN.value
 
 
+# Static parts gone before the optimizer step: FSDP has resharded its gathered layers and
+# reduce-scattered the unsharded gradients, autocast has dropped its cached copies and no weight
+# is dequantized. The step's temporaries reuse that memory first.
+FREED_BEFORE_STEP = ("unsharded_gradients", "gathered_shards", "autocast_copies", "dequant_workspace")
+
+
 @dataclass(frozen=True)
 class MemoryTerms:
     """Static components (bytes per GPU) and per-sequence dynamic components (bytes per b=1)."""
@@ -284,10 +290,17 @@ class MemoryTerms:
     # CUDA managed memory (paged optimizer state): on the GPU while there is room, paged out
     # under pressure, so it neither causes an out-of-memory error nor shows in torch's counters.
     managed: dict[str, F] = field(default_factory=dict)
-    # Temporaries of the optimizer step beyond what backward's static parts free before it (bytes).
-    # The step runs after backward has freed the activations and logits too, so it raises the
-    # peak only by what it needs beyond them.
-    step: F = field(default_factory=lambda: np.zeros(()))
+    # Temporaries the optimizer step allocates (bytes). The step runs after backward has freed
+    # the activations, the logits and the static parts in FREED_BEFORE_STEP, so it raises the peak
+    # only by what it needs beyond them (`step`).
+    step_temporaries: F = field(default_factory=lambda: np.zeros(()))
+
+    @property
+    def step(self) -> F:
+        """The step's temporaries beyond the static parts backward has freed before it (bytes)."""
+        freed = sum(self.static[name] for name in FREED_BEFORE_STEP if name in self.static)
+        out: F = np.maximum(self.step_temporaries - freed, 0.0)
+        return out
 
     def static_total(self) -> F:
         out: F = np.sum(np.stack(list(self.static.values())), axis=0)
@@ -315,7 +328,17 @@ class MemoryTerms:
         return self.static | dynamic | {"optimizer_step": excess}
 
     def peak_bytes(self, micro_batch: F | I) -> F:
-        dynamic = micro_batch * self.per_sample_total()
+        """The planning peak: the dynamic part with its margin."""
+        return self._with_step(micro_batch * self.per_sample_total())
+
+    def measured_bytes(self, micro_batch: F | I, reserved: bool) -> F:
+        """The peak as torch would report it (no margin): max_memory_reserved, or without the
+        allocator's fragmentation max_memory_allocated; context and NCCL included."""
+        names = [n for n in self.per_sample if reserved or n != "fragmentation"]
+        dynamic: F = micro_batch * np.sum(np.stack([self.per_sample[n] for n in names]), axis=0)
+        return self._with_step(dynamic)
+
+    def _with_step(self, dynamic: F) -> F:
         out: F = self.static_total() + dynamic + self.step_excess(dynamic)
         return out
 
@@ -325,12 +348,13 @@ class MemoryTerms:
         def pick(parts: dict[str, F]) -> dict[str, F]:
             return {name: v[idx] if np.ndim(v) else v for name, v in parts.items()}
 
-        step = self.step[idx] if np.ndim(self.step) else self.step
+        temps = self.step_temporaries
+        step = temps[idx] if np.ndim(temps) else temps
         return MemoryTerms(pick(self.static), pick(self.per_sample), pick(self.managed), step)
 
     def with_static(self, name: str, value: F) -> MemoryTerms:
         """The same terms with one static component replaced."""
-        return MemoryTerms(self.static | {name: value}, self.per_sample, self.managed, self.step)
+        return MemoryTerms(self.static | {name: value}, self.per_sample, self.managed, self.step_temporaries)
 
 
 def _gradient_bytes(sizes: ModelSizes, opts: MemoryOptions, full: B, full_grad_bytes: float) -> F:
@@ -439,23 +463,21 @@ def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: 
     )
 
 
-def _optimizer_step_bytes(sizes: ModelSizes, opts: MemoryOptions, st: _States, method: I, shard: I, n: F) -> F:
+def _optimizer_step_bytes(sizes: ModelSizes, opts: MemoryOptions, st: _States, method: I) -> F:
     """Temporaries of the optimizer step per GPU: copies of one moment of every trainable
-    parameter of this GPU's shard (_stacks.OptimizerStep). Only torch's AdamW makes them; the
-    8-bit, paged, SGD and Adafactor optimizers update in place or per parameter."""
+    parameter of this GPU's optimizer shard (_stacks.OptimizerStep). Only torch's AdamW makes
+    them; the 8-bit, paged, SGD and Adafactor optimizers update in place or per parameter."""
     copies = OPTIMIZER_STEP_COPIES[opts.optimizer_step]
-    if copies == 0.0 or opts.optimizer not in ("adamw", "adamw-fp32", "adamw-bf16") or opts.framework == "deepspeed":
-        return np.zeros_like(st.trainable)
-    # One moment per parameter: 4 bytes in fp32 (mixed precision keeps fp32 moments), 2 for a
-    # model trained in bf16; adapters and embedding copies keep their own dtype's moments.
-    full_moment = st.state_bytes[2] / (3.0 if opts.optimizer == "adamw" else 2.0)
-    adapter_moment = adapter_state_bytes(opts.optimizer, opts.adapter_dtype)[2] / 2.0
-    copy_moment = embedding_copy_bytes(opts)[2] / 2.0
-    extra = sizes.embedding_params if opts.train_embeddings else 0.0
-    adapters = sizes.lora_params * adapter_moment + extra * copy_moment
-    moments = np.where(method == FULL, sizes.total_params * full_moment, adapters)
-    on_gpu = 0.0 if opts.offload_optimizer or opts.offload_params else 1.0
-    out: F = copies * moments / np.where(shard >= ZERO1, n, 1.0) * on_gpu
+    if copies == 0.0 or opts.optimizer not in ("adamw", "adamw-fp32", "adamw-bf16"):
+        return np.zeros_like(st.optim)
+    # The state holds two moments per parameter, and for mixed-precision full fine-tuning an fp32
+    # master beside them (FULL_STATE_BYTES "adamw": 4 + 8 bytes).
+    moments = np.where((method == FULL) & (opts.optimizer == "adamw"), 3.0, 2.0)
+    per_copy = st.optim / moments
+    if opts.optimizer_in_backward:
+        # Stepped one parameter at a time in its gradient hook: one parameter's copy at most.
+        per_copy = np.minimum(per_copy, largest_param(sizes) * st.state_bytes[2] / moments)
+    out: F = copies * per_copy
     return out
 
 
@@ -605,15 +627,11 @@ def memory_terms(
         "cuda_context": b(k.CUDA_CONTEXT_GIB.value * k.GIB),
         "nccl": b(np.where(n > 1, k.NCCL_GIB.value * k.GIB, 0.0)),
     }
-    # Before the step, FSDP has resharded its gathered layers and reduce-scattered the unsharded
-    # gradients, autocast has dropped its cached copies and no weight is dequantized: the step's
-    # temporaries reuse that memory first.
-    freed = sum(static[n] for n in ("unsharded_gradients", "gathered_shards", "autocast_copies", "dequant_workspace"))
     return MemoryTerms(
         static=static,
         per_sample={name: b(v) for name, v in _per_sample(sizes, opts, seq_len, method, quant, ckpt).items()},
         managed={"paged_optimizer": b(st.paged)},
-        step=b(np.maximum(_optimizer_step_bytes(sizes, opts, st, method, shard, n) - freed, 0.0)),
+        step_temporaries=b(_optimizer_step_bytes(sizes, opts, st, method)),
     )
 
 

@@ -134,8 +134,11 @@ STACKS: dict[str, Stack] = {
             sources=(
                 _HF_LOSS,
                 (
-                    "FusedAdam updates the fp32 partitions in place",
-                    "deepspeedai/DeepSpeed deepspeed/ops/adam/fused_adam.py FusedAdam (multi_tensor_apply)",
+                    "the fp32 partitions stepped in place: FusedAdam for a config that names an optimizer, "
+                    "torch's fused AdamW (transformers' default with torch >= 2.8) as the client optimizer of "
+                    "ftsolve's exported configs, which name none",
+                    "deepspeedai/DeepSpeed deepspeed/ops/adam/fused_adam.py FusedAdam (multi_tensor_apply); "
+                    f"{_TF} src/transformers/training_args.py default_optim",
                 ),
                 (
                     "fp32 gradient partitions and bucket buffers",
