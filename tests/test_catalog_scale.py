@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import ftsolve
 from ftsolve._errors import CatalogError
 from ftsolve.catalog import _load
-from ftsolve.catalog._columns import OfferTable, concat, merge_layers
+from ftsolve.catalog._columns import OfferTable, concat, encode_chunk, merge_layers
 from ftsolve.catalog._load import (
     _comment_after_data,
     _read_text,
@@ -75,8 +75,13 @@ def both_readers(path: Path) -> tuple[object, object]:
 
 @pytest.fixture
 def small_steps() -> Iterator[None]:
-    """Chunks of a few rows and checks of a few bytes: every boundary case gets its turn."""
-    with mock.patch.object(_load, "_FAST_CHUNK_ROWS", 3), mock.patch.object(_load, "_CHECK_BYTES", 7):
+    """Chunks of a few rows (parsed two at a time, checked three or more at once) and checks of a
+    few bytes: every boundary case gets its turn."""
+    with (
+        mock.patch.object(_load, "_FAST_CHUNK_ROWS", 3),
+        mock.patch.object(_load, "_PARSE_ROWS", 2),
+        mock.patch.object(_load, "_CHECK_BYTES", 7),
+    ):
         yield
 
 
@@ -89,6 +94,7 @@ def test_the_bundled_catalog_reads_the_same_fast(tmp_path: Path, steps: str) -> 
     path.write_text(TEXT, encoding="utf-8")
     with (
         mock.patch.object(_load, "_FAST_CHUNK_ROWS", 7 if steps == "small" else _load._FAST_CHUNK_ROWS),
+        mock.patch.object(_load, "_PARSE_ROWS", 3 if steps == "small" else _load._PARSE_ROWS),
         mock.patch.object(_load, "_CHECK_BYTES", 61 if steps == "small" else _load._CHECK_BYTES),
     ):
         fast = fast_offer_table(path, GPUS)
@@ -181,6 +187,27 @@ def test_a_file_both_readers_take_reads_the_same(tmp_path: Path, name: str) -> N
     assert slow == fast_path
 
 
+def test_parsed_chunks_are_checked_together(tmp_path: Path) -> None:
+    # pandas parses a few rows at a time (its cells stay in cache); the column checks take several
+    # parsed chunks at once, and read as the csv reader does.
+    path = tmp_path / "offers.csv"
+    path.write_text(HEADER + "\n" + "\n".join(row(instance_type=f"i{k}") for k in range(12)) + "\n")
+    sizes: list[int] = []
+
+    def spy(cells: object, n: int, *rest: object) -> object:
+        sizes.append(n)
+        return encode_chunk(cells, n, *rest)  # type: ignore[arg-type]
+
+    with (
+        mock.patch.object(_load, "_PARSE_ROWS", 2),
+        mock.patch.object(_load, "_FAST_CHUNK_ROWS", 5),
+        mock.patch.object(_load, "encode_chunk", spy),
+    ):
+        fast = fast_offer_table(path, GPUS)
+    assert sizes == [6, 6]
+    assert fast is not None and outcome(fast) == outcome(csv_read(path))
+
+
 def test_a_record_longer_than_the_csv_field_limit_goes_to_the_csv_reader(tmp_path: Path) -> None:
     path = tmp_path / "offers.csv"
     path.write_text(f"{HEADER}\n{GOOD.replace(',src,', ',' + 'x' * 300 + ',')}\n")
@@ -224,14 +251,17 @@ def csv_files(draw: st.DrawFn) -> str:
 
 
 @settings(max_examples=150)
-@given(csv_files(), st.integers(1, 40), st.integers(1, 4))
-def test_the_fast_reader_reads_as_the_csv_reader_or_declines(text: str, check_bytes: int, chunk_rows: int) -> None:
+@given(csv_files(), st.integers(1, 40), st.integers(1, 4), st.integers(1, 4))
+def test_the_fast_reader_reads_as_the_csv_reader_or_declines(
+    text: str, check_bytes: int, chunk_rows: int, parse_rows: int
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "offers.csv"
         path.write_bytes(text.encode())
         with (
             mock.patch.object(_load, "_CHECK_BYTES", check_bytes),
             mock.patch.object(_load, "_FAST_CHUNK_ROWS", chunk_rows),
+            mock.patch.object(_load, "_PARSE_ROWS", parse_rows),
         ):
             fast = fast_offer_table(path, GPUS)
         if fast is not None:

@@ -481,12 +481,18 @@ def user_offer_table(path: Path, gpus: Mapping[str, GpuSpec]) -> OfferTable:
 # --- large files: pandas' C parser ------------------------------------------------------------
 #
 # The csv module reads ~70k rows a second, so a million offers took 14 s. pandas (installed with
-# OR-Tools) reads them in ~2 s; its import (~0.3 s) makes it worth it only for large files: the
-# two break even at ~25k offers (~7 MB). pandas reads every cell as text (dtype=object: as
-# "category" it turns "true" into True), and the cells go through the same column checks.
+# OR-Tools) reads them several times faster; its import (~0.3 s) makes it worth it only for large
+# files: the two break even at ~25k offers (~7 MB). pandas reads every cell as text (dtype=object;
+# as "category" the text is the same, but pandas 3 sorts each chunk's categories, twice as slow),
+# and the cells go through the same column checks.
 
 FAST_MIN_BYTES = 8 * 1024 * 1024
-_FAST_CHUNK_ROWS = 32_768  # rows pandas parses at a time (more: more memory, no faster)
+_FAST_CHUNK_ROWS = 32_768  # rows checked at a time (fewer: more numpy calls per row)
+# Rows pandas parses at a time: it makes a chunk's cells column by column, most of the time in
+# fetching each cell's first byte, and a small chunk's tokens stay in the CPU's cache for that (a
+# 2-core machine parsed a million offers in ~5 s in chunks of 8192 rows, ~7 s in chunks of 32768;
+# fewer rows: pandas' own cost per chunk grows). Parsed chunks are checked _FAST_CHUNK_ROWS at once.
+_PARSE_ROWS = 8_192
 _CHECK_BYTES = 1024 * 1024  # bytes _StrictBytes reads and checks at a time
 _MANY_VALUES = ("instance_type", "region", "notes", "source")  # fields that may differ in every offer
 _BOM = b"\xef\xbb\xbf"
@@ -712,12 +718,22 @@ def _fast_table(pd: Any, source: _StrictBytes, header: list[str], gpus: Mapping[
             skipinitialspace=False,
             skip_blank_lines=True,
             comment=None,
-            chunksize=_FAST_CHUNK_ROWS,
+            chunksize=min(_PARSE_ROWS, _FAST_CHUNK_ROWS),
             low_memory=False,
         )
-        for frame in chunks:
-            cells = {name: _distinct(pd, frame[i].to_numpy(dtype=object)) for i, name in known.items()}
-            chunk = encode_chunk(cells, len(frame), rules, built.vocabs)
+        frames: list[Any] = []  # parsed, not yet checked
+        for frame in itertools.chain(chunks, [None]):
+            if frame is not None:
+                frames.append(frame)
+                if sum(map(len, frames)) < _FAST_CHUNK_ROWS:
+                    continue
+            if not frames:
+                break
+            columns = {i: np.concatenate([f[i].to_numpy(dtype=object) for f in frames]) for i in known}
+            n = sum(map(len, frames))
+            frames.clear()
+            cells = {name: _distinct(pd, columns[i]) for i, name in known.items()}
+            chunk = encode_chunk(cells, n, rules, built.vocabs)
             for j in np.flatnonzero(chunk.doubt).tolist():
                 row = {name: str(distinct[rows[j]]) for name, (distinct, rows) in cells.items()}
                 try:
