@@ -415,7 +415,7 @@ class Pieces:
         dynamic   = stored + recompute + logits
         allocated = fixed + R[stack] + max(dynamic, step)
         reserved  = fixed + R[stack] + max(dynamic + F·(logits + recompute), step)   (F: variable-length only)
-        planning  = fixed + overheads + R + max(margin·(dynamic + F·(...)), step)
+        planning  = fixed + overheads + R + max(margin·dynamic, step)   (cached blocks are reclaimed before an OOM)
     (step: the optimizer step's temporaries, which need only what backward's dynamic memory leaves)
     """
 
@@ -468,7 +468,7 @@ def _analytic(case: Case, p: Pieces, coef: Coefficients) -> tuple[float, float]:
     allocated = p.fixed + runtime + max(dynamic, p.step)
     reserved = p.fixed + runtime + max(dynamic + frag, p.step)
     margin = 1.0 + k.DYNAMIC_MARGIN.value
-    planning = p.fixed + p.overheads + runtime + max(margin * (dynamic + frag), p.step)
+    planning = p.fixed + p.overheads + runtime + max(margin * dynamic, p.step)
     return (reserved if case.reserved else allocated), planning
 
 
@@ -539,19 +539,18 @@ def fit(rows: list[Case], pieces: dict[int, Pieces], prior: Coefficients) -> Coe
             for c, layer_wins, (step_metric, step_plan) in zip(rows, layer, steps, strict=True):
                 p = pieces[c.id]
                 f_metric = frag if (c.reserved and c.opts.variable_length) else 0.0
-                f_plan = frag if c.opts.variable_length else 0.0
                 onehot = [1.0 if c.stack == s else 0.0 for s in stacks]
                 if not c.ckpt:  # stored = m(Au + e)
                     coef_a, const = p.m * p.u, p.m * p.e + p.logits
-                    coef_a_plan, const_plan = margin * coef_a, margin * (p.m * p.e + p.logits * (1 + f_plan))
+                    coef_a_plan, const_plan = margin * coef_a, margin * (p.m * p.e + p.logits)
                     const += f_metric * p.logits
                 elif layer_wins:  # stored fixed; recompute = Au + e - logits
                     coef_a, const = p.u * (1 + f_metric), p.stored_ckpt + p.e + f_metric * p.e
-                    coef_a_plan = margin * p.u * (1 + f_plan)
-                    const_plan = margin * (p.stored_ckpt + p.e * (1 + f_plan))
+                    coef_a_plan = margin * p.u
+                    const_plan = margin * (p.stored_ckpt + p.e)
                 else:
                     coef_a, const = 0.0, p.stored_ckpt + p.logits * (1 + f_metric)
-                    coef_a_plan, const_plan = 0.0, margin * (p.stored_ckpt + p.logits * (1 + f_plan))
+                    coef_a_plan, const_plan = 0.0, margin * (p.stored_ckpt + p.logits)
                 if step_metric:  # the optimizer step's temporaries make this row's peak
                     coef_a, const = 0.0, p.step
                 if step_plan:
@@ -589,7 +588,7 @@ def _dynamic(case: Case, p: Pieces, a: float, frag: float, layer_wins: bool) -> 
     recompute = max(layer - p.logits, 0.0) if case.ckpt and layer_wins else 0.0
     spare = frag * (p.logits + recompute) if case.opts.variable_length else 0.0
     dynamic = stored + recompute + p.logits
-    return dynamic + (spare if case.reserved else 0.0), (1.0 + k.DYNAMIC_MARGIN.value) * (dynamic + spare)
+    return dynamic + (spare if case.reserved else 0.0), (1.0 + k.DYNAMIC_MARGIN.value) * dynamic
 
 
 def _step_wins(case: Case, p: Pieces, a: float, frag: float, layer_wins: bool) -> tuple[bool, bool]:

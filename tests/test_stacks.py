@@ -86,7 +86,10 @@ def test_variable_length_batches_reserve_beyond_allocated() -> None:
     assert fixed.reserved_gib == fixed.allocated_gib
     assert varying.allocated_gib == fixed.allocated_gib
     assert varying.reserved_gib > varying.allocated_gib
-    assert varying.peak_gib > fixed.peak_gib
+    # The caching allocator frees those cached blocks and retries before it reports out of
+    # memory: they do not count against the card.
+    assert varying.peak_gib == fixed.peak_gib
+    assert "fragmentation" not in varying.components_gib
 
 
 def test_stack_and_switches_reach_the_cli() -> None:

@@ -275,6 +275,12 @@ def dynamic_factor() -> float:
     return 1.0 + k.DYNAMIC_MARGIN.value
 
 
+# Reserved beyond allocated: blocks the caching allocator keeps cached after the differently sized
+# tensors of earlier batches. It frees them and retries before it reports out of memory
+# (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks on a failed cudaMalloc), so they show
+# in max_memory_reserved but do not count against the card: ms-swift's variable-length runs
+# reserved 78.7 GiB of an 80 GB card and finished.
+RECLAIMED_BEFORE_OOM = ("fragmentation",)
 # Static parts gone before the optimizer step: FSDP has resharded its gathered layers and
 # reduce-scattered the unsharded gradients, autocast has dropped its cached copies and no weight
 # is dequantized. The step's temporaries reuse that memory first.
@@ -307,14 +313,16 @@ class MemoryTerms:
         return out
 
     def per_sample_total(self) -> F:
-        """Dynamic bytes per sequence of the micro-batch, margin included."""
-        total: F = np.sum(np.stack(list(self.per_sample.values())), axis=0) * dynamic_factor()
+        """Dynamic bytes per sequence of the micro-batch that count against the card, margin included."""
+        planned = [v for name, v in self.per_sample.items() if name not in RECLAIMED_BEFORE_OOM]
+        total: F = np.sum(np.stack(planned), axis=0) * dynamic_factor()
         return total
 
     def dynamic(self, micro_batch: F | I) -> dict[str, F]:
-        """Dynamic components at this micro-batch, margin included."""
+        """Dynamic components at this micro-batch that count against the card, margin included."""
         factor = dynamic_factor()
-        return {name: v * micro_batch * factor for name, v in self.per_sample.items()}
+        counted = {name: v for name, v in self.per_sample.items() if name not in RECLAIMED_BEFORE_OOM}
+        return {name: v * micro_batch * factor for name, v in counted.items()}
 
     def step_excess(self, dynamic_bytes: F) -> F:
         """What the optimizer step needs beyond the dynamic memory backward had freed."""
@@ -334,7 +342,7 @@ class MemoryTerms:
     def measured_bytes(self, micro_batch: F | I, reserved: bool) -> F:
         """The peak as torch would report it (no margin): max_memory_reserved, or without the
         allocator's fragmentation max_memory_allocated; context and NCCL included."""
-        names = [n for n in self.per_sample if reserved or n != "fragmentation"]
+        names = [n for n in self.per_sample if reserved or n not in RECLAIMED_BEFORE_OOM]
         dynamic: F = micro_batch * np.sum(np.stack([self.per_sample[n] for n in names]), axis=0)
         return self._with_step(dynamic)
 
