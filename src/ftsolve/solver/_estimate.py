@@ -77,8 +77,8 @@ class MemoryEstimate(BaseModel):
         "copies backward frees; they raise the peak only beyond its activations and logits (component optimizer_step)",
     )
     peak_gib: float = Field(
-        description="planning peak: reserved + context + NCCL + the dynamic margin, or the optimizer step's "
-        "temporaries where they exceed the dynamic part"
+        description="planning peak: allocated + context + NCCL + the dynamic margin (cached blocks the allocator "
+        "frees before an OOM left out), or the optimizer step's temporaries where they exceed the dynamic part"
     )
     error_band: float = Field(
         description="relative: the leave-one-source-out p90 error for this method and stack, "

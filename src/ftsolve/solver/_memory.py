@@ -9,6 +9,7 @@ them. That split lets the planner pick the largest micro-batch that fits in clos
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -301,7 +302,7 @@ class MemoryTerms:
     # only by what it needs beyond them (`step`).
     step_temporaries: F = field(default_factory=lambda: np.zeros(()))
 
-    @property
+    @cached_property
     def step(self) -> F:
         """The step's temporaries beyond the static parts backward has freed before it (bytes)."""
         freed = sum(self.static[name] for name in FREED_BEFORE_STEP if name in self.static)
@@ -312,17 +313,20 @@ class MemoryTerms:
         out: F = np.sum(np.stack(list(self.static.values())), axis=0)
         return out
 
+    def _counted(self, reserved: bool = False) -> dict[str, F]:
+        """The per-sequence components that count against the card, or with `reserved` all that
+        max_memory_reserved shows (the cached blocks too)."""
+        return {name: v for name, v in self.per_sample.items() if reserved or name not in RECLAIMED_BEFORE_OOM}
+
     def per_sample_total(self) -> F:
         """Dynamic bytes per sequence of the micro-batch that count against the card, margin included."""
-        planned = [v for name, v in self.per_sample.items() if name not in RECLAIMED_BEFORE_OOM]
-        total: F = np.sum(np.stack(planned), axis=0) * dynamic_factor()
+        total: F = np.sum(np.stack(list(self._counted().values())), axis=0) * dynamic_factor()
         return total
 
     def dynamic(self, micro_batch: F | I) -> dict[str, F]:
         """Dynamic components at this micro-batch that count against the card, margin included."""
         factor = dynamic_factor()
-        counted = {name: v for name, v in self.per_sample.items() if name not in RECLAIMED_BEFORE_OOM}
-        return {name: v * micro_batch * factor for name, v in counted.items()}
+        return {name: v * micro_batch * factor for name, v in self._counted().items()}
 
     def step_excess(self, dynamic_bytes: F) -> F:
         """What the optimizer step needs beyond the dynamic memory backward had freed."""
@@ -342,8 +346,7 @@ class MemoryTerms:
     def measured_bytes(self, micro_batch: F | I, reserved: bool) -> F:
         """The peak as torch would report it (no margin): max_memory_reserved, or without the
         allocator's fragmentation max_memory_allocated; context and NCCL included."""
-        names = [n for n in self.per_sample if reserved or n not in RECLAIMED_BEFORE_OOM]
-        dynamic: F = micro_batch * np.sum(np.stack([self.per_sample[n] for n in names]), axis=0)
+        dynamic: F = micro_batch * np.sum(np.stack(list(self._counted(reserved).values())), axis=0)
         return self._with_step(dynamic)
 
     def _with_step(self, dynamic: F) -> F:
