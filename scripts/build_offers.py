@@ -22,13 +22,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from ftsolve._exports._launch import SKYPILOT_VERSION  # noqa: E402
 from ftsolve._files import write_atomically  # noqa: E402
 from ftsolve.catalog import GpuSpec, Offer, load_gpus  # noqa: E402
 from ftsolve.catalog._import import offers_to_csv, read_skypilot  # noqa: E402
 from ftsolve.catalog._load import _offer_from_row, hardware_gaps  # noqa: E402
 from ftsolve.catalog._models import PriceKind  # noqa: E402
 from ftsolve.catalog._names import resolve_gpu  # noqa: E402
-from ftsolve.catalog._skypilot_facts import SKYPILOT_NOTES, completed, skypilot_tier  # noqa: E402
+from ftsolve.catalog._skypilot_facts import (  # noqa: E402
+    SKYPILOT_NOTES,
+    completed,
+    no_skypilot_cloud,
+    skypilot_tier,
+    with_overrides,
+)
 
 OUT = ROOT / "src/ftsolve/catalog/data/offers.csv"
 # Offers the shared snapshots lack, kept by this project (provenance of each row in data/OFFERS.md).
@@ -154,7 +161,7 @@ def skypilot_offers(path: Path, gpus: dict[str, GpuSpec], skipped: collections.C
     skipped.update(report.skipped)
     # Price kinds come from the importer (skypilot_price_kinds); overrides and Vast's estimated
     # interruptible prices from catalog._skypilot_facts, which `ftsolve catalog update` applies too.
-    return [completed(o) for o in report.offers]
+    return [with_skypilot_verdict(completed(o)) for o in report.offers]
 
 
 BILLING = {
@@ -254,10 +261,90 @@ EXTRA_NOT_LAUNCHABLE_TYPES = {
 }
 
 
+# What SkyPilot (the release pyproject pins, 0.14.1) can launch, checked on every offer (the SkyPilot
+# extract's through with_skypilot_verdict, the extra rows' through not_launchable_reason) after the reasons
+# above: an offer that passes them but names a provider SkyPilot has no cloud for, or an Azure size or
+# region SkyPilot's Azure catalog lacks, is marked not launchable here (data/OFFERS.md, "Launchable with
+# SkyPilot 0.14.1"). The Azure rows come from Azure's retail-price API (extra_gpu_prices.csv and
+# data/extra_offers.csv), not from SkyPilot's catalog, so they are held against what that catalog has:
+# * github:coopslarhette/skypilot-catalog catalogs/v8/azure/vms.csv @20291d7eda23e6f420cd9586558cf0bc4051851c
+#   (a fork's copy of the v8 file SkyPilot 0.14.1 reads; upstream's was not readable) and upstream
+#   github:skypilot-org/skypilot-catalog catalogs/v6/azure/vms.csv @098741e70562f65d7af1cceb81e33b284f742604:
+#   the same rows for these sizes (v6 lacks only the centralus rows of NC40ads/NC80adis_H100_v5), every row
+#   in one of the nine US regions below, and no H200 or GB200 row;
+# * SkyPilot 0.14.1's sky/catalog/data_fetchers/fetch_azure.py: US_REGIONS (the same nine) unless run with
+#   --all-regions, and FAMILY_NAME_TO_SKYPILOT_GPU_NAME with no H200 or GB200 family;
+# * skypilot-org/skypilot issue #6848 (2025-08-25): "Invalid region 'germanywestcentral' ... List of supported
+#   azure regions: 'centralus, eastus, eastus2, northcentralus, southcentralus, westcentralus, westus,
+#   westus2, westus3'".
+SKYPILOT_AZURE_REGIONS = frozenset(
+    {
+        "centralus",
+        "eastus",
+        "eastus2",
+        "northcentralus",
+        "southcentralus",
+        "westcentralus",
+        "westus",
+        "westus2",
+        "westus3",
+    }
+)
+_A100_V4_NC_REGIONS = frozenset({"centralus", "eastus", "eastus2", "southcentralus", "westus", "westus2", "westus3"})
+_H100_V5_NC_REGIONS = frozenset({"centralus", "eastus", "eastus2", "southcentralus", "westus3"})
+# Each Azure GPU size of the bundled offers and the regions SkyPilot's Azure catalog has it in.
+SKYPILOT_AZURE_SIZES: dict[str, frozenset[str]] = {
+    "Standard_NC24ads_A100_v4": _A100_V4_NC_REGIONS,
+    "Standard_NC48ads_A100_v4": _A100_V4_NC_REGIONS,
+    "Standard_NC96ads_A100_v4": _A100_V4_NC_REGIONS,
+    "Standard_NC40ads_H100_v5": _H100_V5_NC_REGIONS,
+    "Standard_NC80adis_H100_v5": _H100_V5_NC_REGIONS,
+    "Standard_ND96amsr_A100_v4": frozenset({"eastus", "eastus2", "southcentralus"}),
+    "Standard_ND96asr_v4": frozenset({"eastus", "southcentralus", "westus2"}),
+    # Listed as H100:12 although the VM has 8 GPUs; the SkyPilot export names the real count
+    # (ftsolve._exports._launch.SKYPILOT_GPU_MISCOUNTS).
+    "Standard_ND96isr_H100_v5": frozenset({"eastus", "eastus2", "westus"}),
+}
+# Azure GPU sizes SkyPilot's Azure catalog has no row for, with the GPU family its fetcher lacks.
+SKYPILOT_AZURE_MISSING = {
+    "Standard_ND96isr_H200_v5": "H200",
+    "Standard_ND128isr_NDR_GB200_v6": "GB200",
+    "Standard_ND96isr_MI300X_v5": "MI300X",
+}
+
+
+def skypilot_reason(provider: str, size: str, region: str) -> str:
+    """Why SkyPilot 0.14.1 cannot launch an offer of this provider, instance type and region; "" when it can."""
+    if no_skypilot_cloud(provider):
+        return no_skypilot_cloud(provider)
+    if provider != "azure":
+        return ""
+    if size in SKYPILOT_AZURE_MISSING:
+        family = SKYPILOT_AZURE_MISSING[size]
+        return f"SkyPilot {SKYPILOT_VERSION}'s Azure catalog has no {size} (its Azure fetcher has no {family} family)"
+    if size not in SKYPILOT_AZURE_SIZES:
+        raise SystemExit(f"azure {size}: add the regions SkyPilot's Azure catalog has it in to SKYPILOT_AZURE_SIZES")
+    if region not in SKYPILOT_AZURE_REGIONS:
+        return (
+            "SkyPilot's hosted Azure catalog covers US regions only (fetch_azure.py US_REGIONS; SkyPilot issue #6848)"
+        )
+    if region not in SKYPILOT_AZURE_SIZES[size]:
+        return f"SkyPilot's Azure catalog has {size} only in {', '.join(sorted(SKYPILOT_AZURE_SIZES[size]))}"
+    return ""
+
+
+def with_skypilot_verdict(offer: Offer) -> Offer:
+    """The offer, marked not launchable when SkyPilot 0.14.1 cannot launch it; one already marked keeps its reason."""
+    reason = skypilot_reason(offer.provider, offer.instance_type, offer.region) if offer.launchable else ""
+    return with_overrides(offer, {"launchable": False, "not_launchable_reason": reason}) if reason else offer
+
+
 def not_launchable_reason(row: dict[str, str]) -> str:
     """Why an extra row cannot be launched as written; "" when it can."""
-    return EXTRA_NOT_LAUNCHABLE_TYPES.get((row["provider"], row["instance_type"])) or EXTRA_NOT_LAUNCHABLE.get(
-        row["provider"], ""
+    return (
+        EXTRA_NOT_LAUNCHABLE_TYPES.get((row["provider"], row["instance_type"]))
+        or EXTRA_NOT_LAUNCHABLE.get(row["provider"])
+        or skypilot_reason(row["provider"], row["instance_type"], row["region"] or "default")
     )
 
 

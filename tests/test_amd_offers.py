@@ -163,8 +163,10 @@ def test_not_launchable_amd_offers_say_why_and_the_skypilot_export_refuses_them(
 
 def test_a_crusoe_offer_in_crusoe_s_own_spelling_is_refused_for_its_cloud_not_its_names() -> None:
     (crusoe,) = [o for o in AMD if o.provider == "crusoe"]
-    assert crusoe.launchable and crusoe.region == "us-east1-a"
-    assert skypilot_problem(crusoe) == "SkyPilot 0.14.1 has no cloud named 'crusoe'"
+    assert not crusoe.launchable and crusoe.region == "us-east1-a"
+    assert "SkyPilot 0.14.1 has no crusoe cloud" in crusoe.not_launchable_reason
+    problem = skypilot_problem(crusoe)
+    assert problem is not None and "not launchable" in problem and "no crusoe cloud" in problem
 
 
 # --- plans -----------------------------------------------------------------------------------------

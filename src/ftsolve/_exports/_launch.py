@@ -42,6 +42,14 @@ SKYPILOT_CLOUDS = frozenset(
 # A region or instance type SkyPilot could look up: no spaces, parentheses or other prose.
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]*")
 _NO_REGION = ("", "default")
+# Instance types whose GPU count SkyPilot's catalog misstates: (provider, instance type) -> the count it
+# states. SkyPilot's Azure v8 catalog lists Standard_ND96isr_H100_v5 as H100:12 (the VM has 8 GPUs;
+# coopslarhette/skypilot-catalog catalogs/v8/azure/vms.csv @20291d7e, skypilot-org/skypilot-catalog
+# catalogs/v6 @098741e7). Naming `accelerators: H100:8` would not help: for a task with an instance type,
+# sky/clouds/azure.py _get_feasible_launchable_resources drops the task's accelerators, so the launched
+# resources, the Ray GPU demand and SKYPILOT_NUM_GPUS_PER_NODE all take the catalog's 12
+# (backend_utils.get_task_demands_dict). The run command therefore names the offer's own count.
+SKYPILOT_GPU_MISCOUNTS = {("azure", "Standard_ND96isr_H100_v5"): 12}
 SKYPILOT_VERSION = "0.14.1"
 AXOLOTL_VERSION = "0.18.0"
 # torchtune's last PyPI release (0.6.1) saves per epoch only; save_every_n_steps is on main.
@@ -123,6 +131,15 @@ def _setup(r: TrainingRecipe, trainer: str) -> str:
     return f"pip install --no-build-isolation 'axolotl[{extras}]=={AXOLOTL_VERSION}'\n"
 
 
+def gpus_per_node(r: TrainingRecipe) -> str:
+    """The launcher's processes per node: SkyPilot's variable, or the offer's own count where SkyPilot's
+    catalog misstates it (SKYPILOT_GPU_MISCOUNTS)."""
+    o = r.plan.offer
+    if (o.provider, o.instance_type) in SKYPILOT_GPU_MISCOUNTS:
+        return str(r.plan.n_gpus // r.plan.nodes)
+    return "$SKYPILOT_NUM_GPUS_PER_NODE"
+
+
 def _rendezvous(r: TrainingRecipe) -> list[str]:
     """Launcher arguments of a multi-node run: node count, this node's rank, the head's address."""
     if r.plan.nodes == 1:
@@ -137,7 +154,7 @@ def _rendezvous(r: TrainingRecipe) -> list[str]:
         "--main_process_port",
         str(MAIN_PROCESS_PORT),
         "--num_processes",
-        "$((SKYPILOT_NUM_NODES * SKYPILOT_NUM_GPUS_PER_NODE))",
+        f"$((SKYPILOT_NUM_NODES * {gpus_per_node(r).removeprefix('$')}))",
     ]
 
 
@@ -155,7 +172,7 @@ def _run(r: TrainingRecipe, trainer: str) -> str:
         )
         args = ["tune", "run"]
         if r.plan.n_gpus > 1:
-            args += ["--nnodes", "$SKYPILOT_NUM_NODES", "--nproc_per_node", "$SKYPILOT_NUM_GPUS_PER_NODE"]
+            args += ["--nnodes", "$SKYPILOT_NUM_NODES", "--nproc_per_node", gpus_per_node(r)]
         if r.plan.nodes > 1:
             args += ["--node_rank", "$SKYPILOT_NODE_RANK", "--master_addr", "$HEAD_IP"]
             args += ["--master_port", str(MAIN_PROCESS_PORT)]

@@ -182,8 +182,8 @@ class Offer(_Frozen):
     )
     launchable: bool = Field(
         default=True,
-        description="a launcher accepts this region and instance type as written (SkyPilot's spelling for the "
-        "clouds SkyPilot supports, the provider's own otherwise)",
+        description="SkyPilot (the release ftsolve exports for) accepts this cloud, region and instance type "
+        "as written; false, with not_launchable_reason, where it does not",
     )
     not_launchable_reason: str = Field(default="", max_length=MAX_NAME_CHARS)
     currency: Currency = Field(

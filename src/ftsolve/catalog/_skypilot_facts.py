@@ -87,6 +87,24 @@ def vast_bid_estimate(offer: Offer) -> Offer:
     return with_overrides(offer, update)
 
 
+def no_skypilot_cloud(provider: str) -> str:
+    """Why an offer of this provider cannot be launched: the SkyPilot release ftsolve exports for has
+    no such cloud (SkyPilot's catalog repository has files for providers its releases do not know);
+    "" where it has."""
+    # Imported here: the exports import the catalog.
+    from ftsolve._exports._launch import SKYPILOT_CLOUDS, SKYPILOT_VERSION
+
+    if provider in SKYPILOT_CLOUDS:
+        return ""
+    return (
+        f"SkyPilot {SKYPILOT_VERSION} has no {provider} cloud (sky.utils.registry.CLOUD_REGISTRY), "
+        "and ftsolve exports SkyPilot tasks only"
+    )
+
+
 def completed(offer: Offer) -> Offer:
-    """A SkyPilot offer with what its file leaves out: the provider's overrides and estimates."""
-    return vast_bid_estimate(with_overrides(offer, SKYPILOT_OVERRIDES.get(offer.provider, {})))
+    """A SkyPilot offer with what its file leaves out: the provider's overrides and estimates, and
+    not launchable where the SkyPilot release has no cloud for its provider."""
+    out = vast_bid_estimate(with_overrides(offer, SKYPILOT_OVERRIDES.get(offer.provider, {})))
+    reason = no_skypilot_cloud(out.provider) if out.launchable else ""
+    return with_overrides(out, {"launchable": False, "not_launchable_reason": reason}) if reason else out
