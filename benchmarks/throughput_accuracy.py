@@ -33,7 +33,7 @@ from typing import Literal, cast
 import numpy as np
 from memory_accuracy import DEFAULT_CSV, _archs, _stats
 
-from ftsolve.catalog import ModelArch
+from ftsolve.catalog import ModelArch, load_catalog
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import TimeEstimate, estimate_time
 from ftsolve.solver._memory import MemoryOptions
@@ -60,10 +60,14 @@ class Case:
     measured: float  # tokens/s per GPU
     lora_rank: int = 64
     lora_targets: str = "all-linear"
+    quant_kernel: str | None = None  # the 4-bit base's kernel where it is not bitsandbytes
+    flash_attention: bool = True
 
 
 def _gpu(text: str) -> str | None:
     t = text.lower()
+    if "rtx 4090" in t:
+        return "rtx-4090"
     if "h100" in t:
         return "h100-sxm"
     if "a100" in t and "40" in t:
@@ -83,6 +87,23 @@ def cases(path: Path) -> list[tuple[Case | None, str]]:
     return out
 
 
+_EVALUATED = (
+    "qwen_readme_profiling",
+    "llmfoundry_mpt_throughput",
+    "vectorlm_reference_throughput",
+    "optimum_benchmark_training_llamas",
+)
+
+
+def _model_name(text: str) -> str:
+    """A row's model as the architecture table names it: optimum-benchmark's rows name Hub
+    repositories (NousResearch/Llama-2-7b-hf, TheBloke/Llama-2-7B-GPTQ) of the Llama-2 shapes."""
+    name = text.strip().lower()
+    if "/" in name and "llama-2" in name:
+        name = name.split("/")[-1].removesuffix("-gptq").removesuffix("-hf")
+    return name
+
+
 def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None, str]:
     src = row["source_key"]
     tps = row["tokens_per_s_per_gpu"]
@@ -90,9 +111,9 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         return None, "no tokens/s figure"
     if row["kind"] != "measured":
         return None, "estimate"
-    if src not in ("qwen_readme_profiling", "llmfoundry_mpt_throughput", "vectorlm_reference_throughput"):
+    if src not in _EVALUATED:
         return None, f"{src}: checkpointing, tokens per sample or the parallelism not stated"
-    arch = archs.get(row["model"].strip().lower())
+    arch = archs.get(_model_name(row["model"]))
     gpu = _gpu(row["gpu_type"])
     if arch is None or gpu is None:
         return None, "architecture or GPU not known"
@@ -102,7 +123,11 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
     mpt = src == "llmfoundry_mpt_throughput"
     nodes = max(n // 8, 1) if mpt else (2 if "2 nodes" in shard_text else 1)
     sharding = "none" if n == 1 else "zero3" if ("zero3" in shard_text or "fsdp" in shard_text) else "zero2"
+    if n == 1 and ("zero" in shard_text or "finetune_ds" in shard_text):
+        # As memory_accuracy reads them: Qwen's single-GPU DeepSpeed runs keep ZeRO's hooks.
+        sharding = "zero3" if ("zero3" in shard_text or "finetune_ds" in shard_text) else "zero2"
     vectorlm = src == "vectorlm_reference_throughput"
+    optimum = src == "optimum_benchmark_training_llamas"
     gbit = (1600.0 if "1600" in row["gpu_type"] else 3200.0) if mpt else None
     accum = int(float(row["grad_accum"] or (1 if mpt else 8)))
     return Case(
@@ -121,9 +146,12 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         ckpt=row["grad_ckpt"].lower().startswith("yes"),
         inter_node_gbit=gbit,
         measured=float(tps),
-        # VectorLM's LoRA config sets r=8 and leaves the targets to PEFT's default for Llama (q, v).
-        lora_rank=8 if vectorlm else 64,
-        lora_targets="qv" if vectorlm else "all-linear",
+        # VectorLM's and optimum-benchmark's LoRA configs set r=8 and leave the targets to PEFT's
+        # default for Llama (q, v).
+        lora_rank=8 if vectorlm or optimum else 64,
+        lora_targets="qv" if vectorlm or optimum else "all-linear",
+        quant_kernel="gptq" if "gptq" in row["weight_precision"].lower() else None,
+        flash_attention=not row["flash_attn"].lower().startswith("no"),
     ), ""
 
 
@@ -132,8 +160,10 @@ def _estimator(c: Case) -> partial[TimeEstimate]:
     qwen = c.source.startswith("qwen")
     opts = MemoryOptions.for_stack(
         "deepspeed" if c.sharding != "none" and qwen else "hf",
-        quant_kernel="gptq" if qwen and c.method == "qlora" else None,  # Qwen's Q-LoRA base is GPTQ-int4
+        # Qwen's Q-LoRA base is GPTQ-int4, as are optimum-benchmark's GPTQ rows.
+        quant_kernel="gptq" if (qwen and c.method == "qlora") or c.quant_kernel == "gptq" else None,
         lora_targets=c.lora_targets,
+        flash_attention=c.flash_attention,
     )
     return partial(
         estimate_time,
@@ -222,7 +252,12 @@ def _features(c: Case) -> Features:
         k.PER_LAYER_PASS_S, k.ZERO_LAYER_PASS_S = saved[0], saved[2]
         k.DEQUANT_BYTES_PER_PARAM.update(saved[1])
     hopper = c.gpu.startswith("h100")
-    compute = base.compute_s
+    # A GPU other than the fitted architectures' reference GPUs runs at the library's utilization
+    # for it (k.utilization_for: scaled by its matmul efficiency), expressed here in units of the
+    # column's fitted utilization at the library's values.
+    arch = "Hopper" if hopper else "Ampere"
+    real_arch = load_catalog(user=False).gpu(c.gpu).architecture
+    compute = base.compute_s * k.UTILIZATION_BY_ARCH[arch].value / k.utilization_for(c.gpu, real_arch).value
     x = np.array([0.0 if hopper else compute, compute if hopper else 0.0, launch, zero])
     measured_step = base.tokens_per_step / c.n_gpus / c.measured
     return Features(x, base.exposed_communication_s + base.optimizer_s + dequant, measured_step)
@@ -275,9 +310,11 @@ def _table(title: str, rows: list[Case], preds: list[float]) -> dict[str, list[f
 
 
 def _ordering(rows: list[Case], preds: list[float]) -> tuple[int, int]:
-    by_job: dict[tuple[str, str, int, int], list[tuple[str, float, float]]] = defaultdict(list)
+    by_job: dict[tuple[str, str, int, int, int, int], list[tuple[str, float, float]]] = defaultdict(list)
     for c, p in zip(rows, preds, strict=True):
-        by_job[(c.model.lower(), c.method, c.seq_len, c.n_gpus)].append((c.gpu, c.measured, p))
+        by_job[(c.model.lower(), c.method, c.seq_len, c.n_gpus, c.micro_batch, c.grad_accum)].append(
+            (c.gpu, c.measured, p)
+        )
     agree = total = 0
     for job, runs in sorted(by_job.items()):
         for (g1, m1, p1), (g2, m2, p2) in itertools.combinations(runs, 2):
@@ -299,6 +336,16 @@ def summary(rows: list[Case], preds: list[float]) -> dict[str, tuple[float, floa
         e = [abs(p / c.measured - 1) for c, p in zip(rows, preds, strict=True) if key in ("all", c.method)]
         out[key] = (float(np.median(e)), float(np.percentile(e, 90)), len(e)) if e else (0.0, 0.0, 0)
     return out
+
+
+def bands(rows: list[Case], preds: list[float]) -> dict[str, float]:
+    """The 90th percentile of |error| per method and overall: the band each time estimate states
+    (k.TIME_BANDS). The rows' stacks are HF and DeepSpeed only, so there are no per-stack bands."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for c, p in zip(rows, preds, strict=True):
+        for key in (c.method, "all"):
+            groups[key].append(abs(p / c.measured - 1))
+    return {key: round(float(np.percentile(e, 90)), 3) for key, e in sorted(groups.items())}
 
 
 def evaluate(path: Path, show_rows: bool = False) -> dict[str, tuple[float, float, int]]:
@@ -327,6 +374,7 @@ def evaluate(path: Path, show_rows: bool = False) -> dict[str, tuple[float, floa
     agree, total = _ordering(rows, loso)
     print("not evaluated: " + "; ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1])))
     s = summary(rows, loso)
+    print(f"bands (p90 of |leave-one-source-out error|): {bands(rows, loso)}")
     print(
         "LOSO tokens/s: "
         + ", ".join(f"{m} {100 * s[m][0]:.1f}%/{100 * s[m][1]:.1f}% (n={s[m][2]})" for m in s)

@@ -155,7 +155,7 @@ def test_the_micro_batch_choice_and_its_alternative_are_stated() -> None:
     from ftsolve.solver._pipeline import MICRO_BATCH_SPEED_TOLERANCE
 
     job = JobSpec(model="llama-3.1-8b", train_tokens=50_000_000, seq_len=4096, global_batch_size=64)
-    plans = ftsolve.plan(job, CATALOG, top=5).plans
+    plans = ftsolve.plan(job, CATALOG, top=10).plans
     smaller = []
     for p in plans:
         mb = p.micro_batch_choice

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 import ftsolve
 from ftsolve.catalog import load_catalog
 from ftsolve.cli import cli
+from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import estimate_memory
 from ftsolve.solver._memory import MemoryOptions
 from ftsolve.solver._stacks import LOSS_BYTES_PER_LOGIT, STACKS
@@ -27,7 +28,34 @@ def test_every_architecture_in_the_gpu_table_has_its_own_utilization() -> None:
         assert 0 < utilization(gpu).value < 1, gpu.name
     ada = load_catalog(user=False).gpu("l40s")
     assert ada.architecture == "Ada"
-    assert utilization(ada).value == 0.45
+    assert utilization(ada).value != k.UTILIZATION_BY_ARCH["Ampere"].value
+
+
+def test_a_gpu_runs_at_its_architectures_utilization_scaled_by_its_matmul_efficiency() -> None:
+    gpus = load_catalog(user=False).gpus
+    assert set(k.MATMUL_EFFICIENCY) <= set(gpus)
+    assert all(0.3 < e.value < 1.2 for e in k.MATMUL_EFFICIENCY.values())
+    eff = {name: e.value for name, e in k.MATMUL_EFFICIENCY.items()}
+    # The GPUs the fitted architectures were measured on keep the fitted value.
+    for arch, ref in k.UTILIZATION_REFERENCE_GPU.items():
+        assert utilization(gpus[ref]).value == k.UTILIZATION_BY_ARCH_FITTED[arch].value
+    # A power-limited PCIe H100 reaches less of its peak than the SXM card, and runs that much slower.
+    ratio = utilization(gpus["h100-pcie"]).value / utilization(gpus["h100-sxm"]).value
+    assert ratio == pytest.approx(eff["h100-pcie"] / eff["h100-sxm"])
+    assert ratio < 0.9
+    # An architecture without fitted rows: the fitted utilization per unit of matmul efficiency.
+    per_unit = [k.UTILIZATION_BY_ARCH_FITTED[a].value / eff[g] for a, g in k.UTILIZATION_REFERENCE_GPU.items()]
+    assert utilization(gpus["rtx-4090"]).value == pytest.approx(sum(per_unit) / len(per_unit) * eff["rtx-4090"])
+    # A GPU without a matmul measurement gets its architecture's figure.
+    assert "rtx-6000-ada" not in eff
+    assert utilization(gpus["rtx-6000-ada"]) == k.UTILIZATION_BY_ARCH["Ada"]
+
+
+def test_time_estimates_follow_the_gpus_matmul_efficiency() -> None:
+    # Same job, same peak TFLOPS class: the estimate's compute time scales with 1 / utilization.
+    pcie, sxm = (ftsolve.estimate_time(L8, gpu, method="lora", seq_len=2048) for gpu in ("h100-pcie", "h100-sxm"))
+    assert pcie.utilization < sxm.utilization
+    assert pcie.tokens_per_s_per_gpu < sxm.tokens_per_s_per_gpu
 
 
 def test_every_stack_cites_its_sources_and_names_known_kinds() -> None:
@@ -125,3 +153,21 @@ def test_a_torchtune_job_is_never_planned_on_a_gpu_without_bf16() -> None:
         ftsolve.estimate_time("qwen2.5-0.5b", "v100-sxm2-16gb", method="lora", options=torchtune)
     both = job.model_copy(update={"stack": "torchtune", "gpus": ("v100-sxm2-16gb", "a100-sxm-40gb")})
     assert {p.gpu for p in ftsolve.plan(both, top=20).plans} == {"a100-sxm-40gb"}
+
+
+def test_a_time_estimate_states_its_band_wider_on_a_gpu_no_measured_run_used() -> None:
+    measured = ftsolve.estimate_time(L8, "a100-sxm-80gb", method="qlora", seq_len=2048)
+    unmeasured = ftsolve.estimate_time(L8, "l40s", method="qlora", seq_len=2048)
+    assert measured.error_band == k.TIME_BANDS["qlora"]
+    assert unmeasured.error_band == pytest.approx(k.TIME_BANDS["qlora"] + k.utilization_transfer_band(), abs=1e-3)
+    assert 0.05 < k.utilization_transfer_band() < 0.5
+    out = CliRunner().invoke(
+        cli, ["estimate", "time", "--model", L8, "--gpu", "l40s", "--method", "qlora", "--tokens", "10M", "--json"]
+    )
+    assert out.exit_code == 0 and json.loads(out.output)["error_band"] == unmeasured.error_band
+    text = (
+        CliRunner()
+        .invoke(cli, ["estimate", "time", "--model", L8, "--gpu", "l40s", "--method", "qlora", "--tokens", "10M"])
+        .output
+    )
+    assert f"±{unmeasured.error_band:.0%}" in text

@@ -83,7 +83,9 @@ def test_padding_and_evaluation_lengthen_the_run() -> None:
     t = with_eval.time
     parts = t.training_hours + t.evaluation_hours + t.startup_hours + t.checkpoint_hours + t.preemption_rework_hours
     assert t.expected_hours == pytest.approx(parts, abs=1e-3)
-    assert with_eval.total_cost_usd >= base.total_cost_usd
+    # Costs are summed and ranked in whole cents: with per-hour billing both plans bill the same
+    # hours, and the plans may differ by the cent their items round to.
+    assert with_eval.total_cost_usd >= base.total_cost_usd - 0.01 - 1e-9
 
 
 def test_bf16_less_cards_use_the_fp16_peak_and_every_gpu_with_data_estimates() -> None:

@@ -217,7 +217,10 @@ def estimate_time_cmd(
     con.print(f"  optimizer step       {est.optimizer_s:9.3f} s")
     con.print(
         f"  step                 {est.step_s:9.3f} s  -> {est.tokens_per_s:,.0f} tokens/s "
-        f"({est.tokens_per_s_per_gpu:,.0f} per GPU, scaling efficiency {est.scaling_efficiency:.0%})"
+        f"(±{est.error_band:.0%}; {est.tokens_per_s_per_gpu:,.0f} per GPU, scaling efficiency "
+        f"{est.scaling_efficiency:.0%})"
     )
     if est.hours is not None:
-        con.print(f"  training             {est.hours:9.2f} h")
+        # tokens/s within ±band puts the hours between hours / (1 + band) and hours / (1 - band).
+        longest = f"{est.hours / (1 - est.error_band):.2f}" if est.error_band < 1 else "?"
+        con.print(f"  training             {est.hours:9.2f} h  ({est.hours / (1 + est.error_band):.2f}-{longest} h)")

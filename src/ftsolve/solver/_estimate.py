@@ -338,6 +338,10 @@ class TimeEstimate(BaseModel):
     tokens_per_s_per_gpu: float
     scaling_efficiency: float = Field(description="compute time / step time")
     hours: float | None = Field(default=None, description="training hours for `train_tokens`, if given")
+    error_band: float = Field(
+        description="relative band of tokens/s: the leave-one-source-out p90 error for the method, "
+        "widened on a GPU no measured run used (k.time_band)"
+    )
 
 
 def estimate_time(
@@ -455,4 +459,5 @@ def _time_estimate(
         tokens_per_s_per_gpu=tps / n_gpus,
         scaling_efficiency=float(st.compute_s[0] / st.step_s[0]),
         hours=hours,
+        error_band=round(k.time_band(METHOD_NAMES[int(s.method[0])], gpu), 3),
     )

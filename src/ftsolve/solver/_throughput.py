@@ -42,9 +42,10 @@ def flops_per_token(sizes: ModelSizes, seq_len: int, method: I, ckpt: I) -> F:
 
 
 def utilization(gpu: GpuSpec) -> k.Coefficient:
-    """The architecture's hardware utilization; every architecture in gpus.csv has its own entry."""
+    """The GPU's hardware utilization: its architecture's, scaled by how much of its peak its
+    matmuls reach (_coefficients.utilization_for); every architecture in gpus.csv has an entry."""
     try:
-        return k.UTILIZATION_BY_ARCH[gpu.architecture]
+        return k.utilization_for(gpu.name, gpu.architecture)
     except KeyError:
         raise CatalogError(
             f"GPU {gpu.name!r}: no utilization for architecture {gpu.architecture!r}; add it to "
