@@ -140,7 +140,10 @@ def test_a_record_is_fitted_so_that_its_configuration_is_predicted_at_what_it_me
     from ftsolve._calibration import Calibration, correction_of
 
     cal = Calibration(corrections=(correction_of([fitted]),))
-    assert correct_time_estimate(est, "hf", cal).tokens_per_s == pytest.approx(8240.5)
+    corrected = correct_time_estimate(est, "hf", cal)
+    assert corrected.tokens_per_s == pytest.approx(8240.5)
+    # Its band is the measurement's, not the model's.
+    assert est.error_band == k.time_band("lora", m.gpu) and corrected.error_band == MEASURED_BAND.value
     # Memory: the reserved peak with the dynamic part scaled meets the measured 36.12 GiB.
     mem = ftsolve.estimate_memory(c.model, **common)
     dynamic = sum(mem.components_gib.get(n, 0.0) for n in DYNAMIC) / (1.0 + k.DYNAMIC_MARGIN.value)
@@ -232,6 +235,9 @@ def test_plans_use_the_measurement_on_its_gpu_and_carry_it_to_others(home: Path,
     assert after.time.tokens_per_s == pytest.approx(measured, abs=0.2)
     said = "tokens/s from your measurements of 2026-12-01 on h100-sxm"
     assert any(a.startswith(said) and "±5%" in a for a in after.assumptions)
+    # The plan's tokens/s band is the measurement's, no longer the model's validated band.
+    assert before.time.tokens_per_s_band == k.time_band("lora", "h100-sxm")
+    assert after.time.tokens_per_s_band == MEASURED_BAND.value
     # Another GPU type moves by the same factor, through the model, with a wider band.
     other = job.model_copy(update={"gpus": ("a100-sxm-80gb",)})
     plain = ftsolve.plan(other.model_copy(update={"calibration": False}), CATALOG, top=1).plans[0]
@@ -240,6 +246,8 @@ def test_plans_use_the_measurement_on_its_gpu_and_carry_it_to_others(home: Path,
     assert carried.time.tokens_per_s == pytest.approx(plain.time.tokens_per_s * factor, rel=1e-3)
     band = f"±{MEASURED_BAND.value + TRANSFER_BAND.value:.0%}"
     assert any("carried to a100-sxm-80gb through the model" in a and band in a for a in carried.assumptions)
+    assert carried.time.tokens_per_s_band == pytest.approx(MEASURED_BAND.value + TRANSFER_BAND.value)
+    assert plain.time.tokens_per_s_band == k.time_band("lora", "a100-sxm-80gb")
     assert not any("your" in a for a in plain.assumptions)
     # The command line: --no-calibration plans on the model alone.
     code, text = run("plan", *BASE, "--gpus", "h100-sxm", "--json", "--no-calibration")

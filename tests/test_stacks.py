@@ -171,3 +171,16 @@ def test_a_time_estimate_states_its_band_wider_on_a_gpu_no_measured_run_used() -
         .output
     )
     assert f"±{unmeasured.error_band:.0%}" in text
+
+
+def test_a_plan_states_the_band_of_its_tokens_per_s() -> None:
+    job = ftsolve.JobSpec(model=L8, train_tokens=20_000_000, seq_len=2048, methods=("lora", "qlora"), max_gpus=1)
+    plans = ftsolve.plan(job.model_copy(update={"calibration": False}), top=5).plans
+    assert plans
+    for p in plans:
+        assert p.time.tokens_per_s_band == pytest.approx(k.time_band(p.method, p.gpu), abs=1e-3)
+    wider = [p for p in plans if p.gpu not in k.THROUGHPUT_MEASURED_GPUS]
+    assert all(p.time.tokens_per_s_band > k.TIME_BANDS[p.method] for p in wider)
+    args = ["explain", "--model", L8, "--tokens", "20M", "--seq-len", "2048", "--max-gpus", "1"]
+    text = CliRunner().invoke(cli, args).output
+    assert "tokens/s (±" in text

@@ -26,6 +26,7 @@ from ftsolve._calibration._apply import (
     calibration_assumptions,
     correct_time_estimate,
     pair_corrections,
+    tokens_per_s_band,
 )
 from ftsolve._calibration._fit import MEASURED_BAND, TRANSFER_BAND, correction_of, fit_measurement, forget, merge
 from ftsolve._calibration._records import Given, Measurement, RunConfig, read_measurements
@@ -60,5 +61,6 @@ __all__ = [
     "merge",
     "pair_corrections",
     "read_measurements",
+    "tokens_per_s_band",
     "update_calibration",
 ]

@@ -178,6 +178,14 @@ def _origin(c: Correction, quantity: Quantity) -> str:
     return f"your {_WHAT[r.measurement.kind]} of {r.measurement.date.isoformat()} on {c.gpu}"
 
 
+def tokens_per_s_band(job: JobSpec, gpu: str, method: str) -> float:
+    """The band of a plan's tokens/s: its calibration's where one applies to this GPU, stack and
+    method, else the model's validated band (k.time_band)."""
+    cal = load_calibration() if job.calibration else None
+    speed = applied(cal, gpu, job.memory_options().stack, method, "throughput") if cal and cal.corrections else None
+    return speed.band if speed is not None else k.time_band(method, gpu)
+
+
 def calibration_assumptions(job: JobSpec, gpu: str, method: str, cal: Calibration | None = None) -> list[str]:
     """The assumption lines of a plan on `gpu` with `method` that used a calibration."""
     if not job.calibration:
@@ -226,5 +234,6 @@ def correct_time_estimate(est: TimeEstimate, stack: str, cal: Calibration | None
         "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu * f,
         "utilization": est.utilization * f,
         "hours": None if est.hours is None else est.hours / f,
+        "error_band": speed.band,
     }
     return est.model_copy(update=update)

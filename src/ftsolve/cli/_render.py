@@ -358,7 +358,7 @@ def render_plans(ps: PlanSet, wide: bool = False) -> None:
             f"; checkpoint every {tb.checkpoint_interval_hours:.2f} h "
             f"at {tb.interruption_rate_per_hour or 0:.2g} preemptions/h"
         )
-    say(f"Plan 1 time: {phases}; {tb.tokens_per_s:,.0f} tokens/s")
+    say(f"Plan 1 time: {phases}; {tb.tokens_per_s:,.0f} tokens/s (±{tb.tokens_per_s_band:.0%})")
     say(f"Plan 1 price: {plain(best.cost_items[0].source)}")
     for line in ps.rejected:
         say(f"Not chosen: {plain(line)}")
@@ -429,7 +429,7 @@ def render_explain(ps: PlanSet, p: Plan) -> None:
     ):
         con.print(f"  {label:20s} {value:9.2f}")
     con.print(f"  {'finish at p' + format(t.confidence * 100, '.0f'):20s} {t.quantile_hours:9.2f}")
-    con.print(f"  {t.tokens_per_s:,.0f} tokens/s; step {t.step_s:.3f} s")
+    con.print(f"  {t.tokens_per_s:,.0f} tokens/s (±{t.tokens_per_s_band:.0%}); step {t.step_s:.3f} s")
     if t.checkpoint_interval_hours is not None:
         con.print(
             f"  interruptible share {t.interruptible_fraction:.0%}, checkpoint every "

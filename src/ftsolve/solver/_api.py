@@ -8,7 +8,7 @@ from dataclasses import fields
 import numpy as np
 from numpy.typing import NDArray
 
-from ftsolve._calibration import calibration_assumptions
+from ftsolve._calibration import calibration_assumptions, tokens_per_s_band
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
 from ftsolve.catalog import MAX_PLAUSIBLE_DISCOUNT, Catalog, Offer, load_catalog, provider_defaults
 from ftsolve.solver import _coefficients as k
@@ -138,6 +138,9 @@ def _time_breakdown(job: JobSpec, t: CandidateTable, i: int) -> TimeBreakdown:
     spot = MARKETS[int(t.market[i])] != "on-demand"
     return TimeBreakdown(
         tokens_per_s=round(float(t.tokens_per_s[i]), 1),
+        tokens_per_s_band=round(
+            tokens_per_s_band(job, t.offers[int(t.offer_idx[i])].gpu, METHOD_NAMES[int(t.method[i])]), 3
+        ),
         step_s=round(float(t.step_s[i]), 4),
         training_hours=round(float(t.train_hours[i]), 4),
         evaluation_hours=round(float(t.eval_hours[i]), 4),

@@ -37,6 +37,10 @@ class TimeBreakdown(_Frozen):
     """Predicted wall-clock time by phase, in hours."""
 
     tokens_per_s: float = Field(description="processed tokens per second, all GPUs together")
+    tokens_per_s_band: float = Field(
+        description="relative band of tokens/s: the calibration's where one applies, else the model's "
+        "leave-one-source-out p90 for the method, wider on GPUs no measured run used"
+    )
     step_s: float
     training_hours: float
     evaluation_hours: float
