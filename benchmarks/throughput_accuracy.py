@@ -25,6 +25,8 @@ import argparse
 import csv
 import itertools
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -277,9 +279,31 @@ def fit(feats: list[Features], prior: Coefficients) -> Coefficients:
     return Coefficients(tuple(float(v) for v in sol))  # type: ignore[arg-type]
 
 
-def _predicted_tps(c: Case, f: Features, coef: Coefficients) -> float:
-    step = float(f.x @ np.array(coef.per_feature)) + f.fixed
-    return c.measured * f.measured_step / step
+@contextmanager
+def _library_at(coef: Coefficients) -> Iterator[None]:
+    """The library's constants set to `coef` for the duration (derived utilizations follow)."""
+    u_a, u_h, launch, zero = coef.per_feature
+    fitted = dict(k.UTILIZATION_BY_ARCH_FITTED)
+    by_arch = dict(k.UTILIZATION_BY_ARCH)
+    saved = (k.PER_LAYER_PASS_S, k.ZERO_LAYER_PASS_S)
+    try:
+        for arch, inverse in (("Ampere", u_a), ("Hopper", u_h)):
+            k.UTILIZATION_BY_ARCH_FITTED[arch] = k.UTILIZATION_BY_ARCH[arch] = replace(fitted[arch], value=1 / inverse)
+        k.PER_LAYER_PASS_S = replace(saved[0], value=launch)
+        k.ZERO_LAYER_PASS_S = replace(saved[1], value=zero)
+        yield
+    finally:
+        k.UTILIZATION_BY_ARCH_FITTED.update(fitted)
+        k.UTILIZATION_BY_ARCH.update(by_arch)
+        k.PER_LAYER_PASS_S, k.ZERO_LAYER_PASS_S = saved
+
+
+def _predicted_tps(c: Case, coef: Coefficients) -> float:
+    """What the library predicts for the row with the fold's constants: the linear features only
+    fit them; the prediction keeps what they linearize (exposed communication, which depends on
+    the compute time, and each GPU's utilization rule)."""
+    with _library_at(coef):
+        return predict(c)
 
 
 def leave_one_source_out(rows: list[Case], feats: list[Features]) -> tuple[list[float], dict[str, Coefficients]]:
@@ -290,9 +314,9 @@ def leave_one_source_out(rows: list[Case], feats: list[Features]) -> tuple[list[
         train = [f for c, f in zip(rows, feats, strict=True) if c.source != source]
         coef = fit(train, Coefficients.physical())
         folds[source] = coef
-        for i, (c, f) in enumerate(zip(rows, feats, strict=True)):
+        for i, c in enumerate(rows):
             if c.source == source:
-                preds[i] = _predicted_tps(c, f, coef)
+                preds[i] = _predicted_tps(c, coef)
     return preds, folds
 
 
@@ -339,13 +363,14 @@ def summary(rows: list[Case], preds: list[float]) -> dict[str, tuple[float, floa
 
 
 def bands(rows: list[Case], preds: list[float]) -> dict[str, float]:
-    """The 90th percentile of |error| per method and overall: the band each time estimate states
-    (k.TIME_BANDS). The rows' stacks are HF and DeepSpeed only, so there are no per-stack bands."""
+    """The 90th percentile of |error| per method and GPU (`method/gpu`, with at least 5 rows), per
+    method and overall: the band each time estimate states (k.TIME_BANDS). The rows' stacks are HF
+    and DeepSpeed only, so there are no per-stack bands."""
     groups: dict[str, list[float]] = defaultdict(list)
     for c, p in zip(rows, preds, strict=True):
-        for key in (c.method, "all"):
+        for key in (f"{c.method}/{c.gpu}", c.method, "all"):
             groups[key].append(abs(p / c.measured - 1))
-    return {key: round(float(np.percentile(e, 90)), 3) for key, e in sorted(groups.items())}
+    return {key: round(float(np.percentile(e, 90)), 3) for key, e in sorted(groups.items()) if len(e) >= 5}
 
 
 def evaluate(path: Path, show_rows: bool = False) -> dict[str, tuple[float, float, int]]:

@@ -26,9 +26,23 @@ def test_every_architecture_in_the_gpu_table_has_its_own_utilization() -> None:
     # No silent default: an architecture without an entry would raise here.
     for gpu in load_catalog(user=False).gpus.values():
         assert 0 < utilization(gpu).value < 1, gpu.name
-    ada = load_catalog(user=False).gpu("l40s")
-    assert ada.architecture == "Ada"
-    assert utilization(ada).value != k.UTILIZATION_BY_ARCH["Ampere"].value
+    gpus = load_catalog(user=False).gpus
+    # Each architecture's measured GPUs are its own, and the architecture's figure for a GPU with no
+    # measurement of its own is the fitted utilization per unit of efficiency times their median.
+    for arch, measured in k.MATMUL_GPUS_BY_ARCH.items():
+        assert all(g in k.MATMUL_EFFICIENCY and gpus[g].architecture == arch for g in measured), arch
+    per_unit = [
+        k.UTILIZATION_BY_ARCH_FITTED[a].value / k.MATMUL_EFFICIENCY[g].value
+        for a, g in k.UTILIZATION_REFERENCE_GPU.items()
+    ]
+    ada = sorted(k.MATMUL_EFFICIENCY[g].value for g in k.MATMUL_GPUS_BY_ARCH["Ada"])[1]
+    assert k.UTILIZATION_BY_ARCH["Ada"].value == pytest.approx(sum(per_unit) / 2 * ada, abs=1e-3)
+    assert utilization(gpus["rtx-6000-ada"]).value == pytest.approx(k.UTILIZATION_BY_ARCH["Ada"].value, abs=1e-3)
+    # A fitted architecture's GPU without a measurement: the fitted value scaled by the median.
+    ampere = sorted(k.MATMUL_EFFICIENCY[g].value for g in k.MATMUL_GPUS_BY_ARCH["Ampere"])
+    median = (ampere[1] + ampere[2]) / 2
+    expected = k.UTILIZATION_BY_ARCH_FITTED["Ampere"].value * median / k.MATMUL_EFFICIENCY["a100-sxm-80gb"].value
+    assert "a10g" not in k.MATMUL_EFFICIENCY and utilization(gpus["a10g"]).value == pytest.approx(expected)
 
 
 def test_a_gpu_runs_at_its_architectures_utilization_scaled_by_its_matmul_efficiency() -> None:
@@ -46,9 +60,7 @@ def test_a_gpu_runs_at_its_architectures_utilization_scaled_by_its_matmul_effici
     # An architecture without fitted rows: the fitted utilization per unit of matmul efficiency.
     per_unit = [k.UTILIZATION_BY_ARCH_FITTED[a].value / eff[g] for a, g in k.UTILIZATION_REFERENCE_GPU.items()]
     assert utilization(gpus["rtx-4090"]).value == pytest.approx(sum(per_unit) / len(per_unit) * eff["rtx-4090"])
-    # A GPU without a matmul measurement gets its architecture's figure.
     assert "rtx-6000-ada" not in eff
-    assert utilization(gpus["rtx-6000-ada"]) == k.UTILIZATION_BY_ARCH["Ada"]
 
 
 def test_time_estimates_follow_the_gpus_matmul_efficiency() -> None:
@@ -158,8 +170,10 @@ def test_a_torchtune_job_is_never_planned_on_a_gpu_without_bf16() -> None:
 def test_a_time_estimate_states_its_band_wider_on_a_gpu_no_measured_run_used() -> None:
     measured = ftsolve.estimate_time(L8, "a100-sxm-80gb", method="qlora", seq_len=2048)
     unmeasured = ftsolve.estimate_time(L8, "l40s", method="qlora", seq_len=2048)
-    assert measured.error_band == k.TIME_BANDS["qlora"]
+    assert measured.error_band == pytest.approx(k.TIME_BANDS["qlora/a100-sxm-80gb"], abs=1e-3)
     assert unmeasured.error_band == pytest.approx(k.TIME_BANDS["qlora"] + k.utilization_transfer_band(), abs=1e-3)
+    # A bare parameter count guesses the shapes: the time band is at least its band.
+    assert ftsolve.estimate_time(8e9, "h100-sxm", method="full").error_band >= 0.4
     assert 0.05 < k.utilization_transfer_band() < 0.5
     out = CliRunner().invoke(
         cli, ["estimate", "time", "--model", L8, "--gpu", "l40s", "--method", "qlora", "--tokens", "10M", "--json"]

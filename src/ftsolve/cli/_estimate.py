@@ -221,6 +221,7 @@ def estimate_time_cmd(
         f"{est.scaling_efficiency:.0%})"
     )
     if est.hours is not None:
-        # tokens/s within ±band puts the hours between hours / (1 + band) and hours / (1 - band).
-        longest = f"{est.hours / (1 - est.error_band):.2f}" if est.error_band < 1 else "?"
-        con.print(f"  training             {est.hours:9.2f} h  ({est.hours / (1 + est.error_band):.2f}-{longest} h)")
+        # The band bounds predicted / measured tokens/s - 1, so the hours it takes are the predicted
+        # hours times (1 - band) to (1 + band).
+        shortest, longest = est.hours * max(0.0, 1 - est.error_band), est.hours * (1 + est.error_band)
+        con.print(f"  training             {est.hours:9.2f} h  ({shortest:.2f}-{longest:.2f} h)")

@@ -428,7 +428,8 @@ def render_explain(ps: PlanSet, p: Plan) -> None:
         ("expected finish", t.expected_hours),
     ):
         con.print(f"  {label:20s} {value:9.2f}")
-    con.print(f"  {'finish at p' + format(t.confidence * 100, '.0f'):20s} {t.quantile_hours:9.2f}")
+    # The quantile counts preemptions; the model's tokens/s band is printed beside tokens/s below.
+    con.print(f"  {'finish at p' + format(t.confidence * 100, '.0f'):20s} {t.quantile_hours:9.2f}  (preemptions only)")
     con.print(f"  {t.tokens_per_s:,.0f} tokens/s (±{t.tokens_per_s_band:.0%}); step {t.step_s:.3f} s")
     if t.checkpoint_interval_hours is not None:
         con.print(

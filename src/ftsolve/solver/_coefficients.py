@@ -167,7 +167,8 @@ DEEPSPEED_ZERO3_LIVE_ELEMENTS = Coefficient(
 _THROUGHPUT_FIT = (
     "least squares on the 174 throughput rows of data/measured.csv (Qwen README on A100-80G, LLM "
     "Foundry MPT on A100/H100, VectorLM Llama-3-8B FSDP on A100-80G, optimum-benchmark Llama-2 at 256 "
-    "tokens on A100-80G and RTX 4090); benchmarks/throughput_accuracy.py "
+    "tokens on A100-80G and RTX 4090, the 4090 rows in the Ampere column at its matmul ratio); "
+    "benchmarks/throughput_accuracy.py "
     "--fit, 2026-12-02; leave-one-source-out validation is the benchmark's headline"
 )
 
@@ -208,8 +209,8 @@ MATMUL_EFFICIENCY: dict[str, Coefficient] = {
         ("h100-sxm", 790.59, 989.5, _ZZC, "median of 2 'H100 80GB HBM3' rows (797.51, 783.66)"),
         ("h200-sxm", 790.29, 989.5, _ZZC, "'H200'"),
         ("h100-pcie", 499.88, 756.5, _ZZC, "mean of 'H100 PCIe' 495.93 and 'H800 PCIe' 503.83"),
-        ("gh200-96gb", 828.6, 989.0, _MAMF, "GH200 SXM 900 W"),
-        ("gh200-144gb", 828.6, 989.0, _MAMF, "GH200 SXM 900 W, 141 GiB HBM3e version"),
+        ("gh200-96gb", 828.6, 989.0, _MAMF, "GH200 SXM 900 W (MAMF's theory 989; gpus.csv 989.5)"),
+        ("gh200-144gb", 828.6, 989.0, _MAMF, "GH200 SXM 900 W, 141 GiB HBM3e version (theory 989; gpus.csv 989.5)"),
         ("rtx-4090", 165.26, 165.2, _ZZC, "median of 6 24 GB 'RTX 4090' rows (162.39-173.31)"),
         ("l40s", 269.15, 362.05, _ZZC, "'L40S'"),
         ("l4", 70.89, 121.0, _ZZC, "'L4'"),
@@ -221,6 +222,8 @@ MATMUL_EFFICIENCY: dict[str, Coefficient] = {
         ("t4", 41.93, 65.0, _ZZC, "fp16, median of 3 'Tesla T4' rows (no bf16)"),
         ("v100-sxm2-16gb", 94.84, 125.0, _ZZC, "fp16, 'Tesla V100-SXM2-16GB' (no bf16)"),
         ("v100-sxm2-32gb", 94.84, 125.0, _ZZC, "fp16, as the 16 GB card"),
+        # The MAMF row measured one of the package's two GCDs against that GCD's 191.5: the same share
+        # of the package's 383 in gpus.csv.
         ("mi250x", 147.0, 191.5, "stas00/ml-engineering @359ee1c MAMF table", "one GCD of two"),
         ("mi300x", 668.4, 1307.4, _MAMF, "PYTORCH_TUNABLEOP_ENABLED=1"),
         ("mi325x", 784.9, 1307.4, _MAMF, "PYTORCH_TUNABLEOP_ENABLED=1, 1000 W"),
@@ -238,71 +241,90 @@ def _fitted_per_matmul() -> float:
     )
 
 
-def _derived_arch(arch: str, gpus: tuple[str, ...], fallback: float) -> Coefficient:
+# The GPUs of each architecture whose matmul efficiency is measured, one per chip and power envelope
+# (the 40 and 80 GB A100s share theirs). Their median stands in for a GPU of the architecture with no
+# measurement of its own.
+MATMUL_GPUS_BY_ARCH: dict[str, tuple[str, ...]] = {
+    "Ampere": ("a100-sxm-80gb", "a100-pcie-40gb", "rtx-a6000", "rtx-3090"),
+    "Hopper": ("h100-sxm", "h100-pcie", "gh200-96gb"),
+    "Ada": ("rtx-4090", "l40s", "l4"),
+    "Blackwell": ("b200", "gb200", "rtx-5090", "rtx-pro-6000-blackwell"),
+    "Blackwell Ultra": ("b300",),
+    "Turing": ("t4",),
+    "Volta": ("v100-sxm2-16gb",),
+    "CDNA2": ("mi250x",),
+    "CDNA3": ("mi300x", "mi325x"),
+    "Gaudi2": ("gaudi2",),
+    "Gaudi3": ("gaudi3",),
+}
+
+
+def _matmul_efficiency(gpu: str, architecture: str) -> tuple[float, str]:
+    """(the GPU's matmul efficiency, where it comes from): its own measurement, else the median of
+    its architecture's measured GPUs (an assumption)."""
+    if gpu in MATMUL_EFFICIENCY:
+        return MATMUL_EFFICIENCY[gpu].value, f"{gpu}'s matmul efficiency"
+    measured = MATMUL_GPUS_BY_ARCH[architecture]
+    median = statistics.median(MATMUL_EFFICIENCY[g].value for g in measured)
+    return median, f"assumed: the median matmul efficiency of {', '.join(measured)} ({gpu} has no measurement)"
+
+
+def _derived_arch(arch: str) -> Coefficient:
     """An architecture without fitted rows: the fitted utilization per unit of matmul efficiency
-    times the median efficiency of its measured GPUs (`fallback` where none is measured)."""
-    measured = [MATMUL_EFFICIENCY[g].value for g in gpus if g in MATMUL_EFFICIENCY]
-    if not measured:
-        return Coefficient(fallback, "of dense 16-bit peak", "assumption: no measurement")
-    value = round(_fitted_per_matmul() * statistics.median(measured), 3)
+    times the median efficiency of its measured GPUs."""
+    eff, where = _matmul_efficiency("", arch)
     return Coefficient(
-        value,
+        round(_fitted_per_matmul() * eff, 3),
         "of dense 16-bit peak",
-        f"derived: fitted utilization per unit of matmul efficiency (Ampere, Hopper) x the median "
-        f"matmul efficiency of {', '.join(g for g in gpus if g in MATMUL_EFFICIENCY)} (MATMUL_EFFICIENCY)",
+        f"derived: fitted utilization per unit of matmul efficiency (Ampere, Hopper) x {where}",
         _THROUGHPUT_FIT,
     )
 
 
 # Every architecture in gpus.csv has an entry (a test checks it): no silent default.
 UTILIZATION_BY_ARCH: dict[str, Coefficient] = dict(UTILIZATION_BY_ARCH_FITTED) | {
-    arch: _derived_arch(arch, gpus, 0.35)
-    for arch, gpus in (
-        ("Ada", ("rtx-4090", "l40s", "l4")),
-        ("Blackwell", ("b200", "gb200", "rtx-5090", "rtx-pro-6000-blackwell")),
-        ("Blackwell Ultra", ("b300",)),
-        ("Turing", ("t4",)),
-        ("Volta", ("v100-sxm2-16gb",)),
-        ("CDNA2", ("mi250x",)),
-        ("CDNA3", ("mi300x", "mi325x")),
-        ("Gaudi2", ("gaudi2",)),
-        ("Gaudi3", ("gaudi3",)),
-    )
+    arch: _derived_arch(arch) for arch in MATMUL_GPUS_BY_ARCH if arch not in UTILIZATION_BY_ARCH_FITTED
 }
 
 
 def utilization_for(gpu: str, architecture: str) -> Coefficient:
-    """The utilization of one GPU: its architecture's, scaled by its matmul efficiency over that of
-    the GPU the architecture was fitted on (or, for an architecture derived from matmul
-    efficiencies, by the fitted utilization per unit of efficiency)."""
-    arch = UTILIZATION_BY_ARCH[architecture]
-    eff = MATMUL_EFFICIENCY.get(gpu)
-    if eff is None:
-        return arch
+    """The utilization of one GPU: its architecture's fitted one, scaled by its matmul efficiency
+    over that of the GPU the architecture was fitted on; for an architecture without fitted runs,
+    the fitted utilization per unit of matmul efficiency times its efficiency."""
+    eff, where = _matmul_efficiency(gpu, architecture)
     if architecture in UTILIZATION_REFERENCE_GPU:
+        fitted = UTILIZATION_BY_ARCH[architecture]
         ref = UTILIZATION_REFERENCE_GPU[architecture]
-        ratio = eff.value / MATMUL_EFFICIENCY[ref].value
+        ratio = eff / MATMUL_EFFICIENCY[ref].value
         if ratio == 1.0:
-            return arch
+            return fitted
         return replace(
-            arch,
-            value=arch.value * ratio,
-            source=f"{arch.source}; x {ratio:.3f}: {gpu}'s matmul efficiency over {ref}'s",
+            fitted, value=fitted.value * ratio, source=f"{fitted.source}; x {ratio:.3f}: {where} over {ref}'s"
         )
-    value = _fitted_per_matmul() * eff.value
     return Coefficient(
-        value,
+        _fitted_per_matmul() * eff,
         "of dense 16-bit peak",
-        f"derived: fitted utilization per unit of matmul efficiency (Ampere, Hopper) x {gpu}'s {eff.value}",
+        f"derived: fitted utilization per unit of matmul efficiency (Ampere, Hopper) x {where}",
         _THROUGHPUT_FIT,
     )
 
 
 # The band each time estimate states: the 90th percentile of |tokens/s error| when the constants
 # are fitted on every other source and the row's source is predicted (leave-one-source-out), per
-# method. Printed by benchmarks/throughput_accuracy.py ("bands"), 2026-12-02;
-# tests/test_accuracy.py keeps these at least as wide as what the benchmark measures.
-TIME_BANDS: dict[str, float] = {"all": 0.392, "full": 0.226, "lora": 0.483, "qlora": 0.366}
+# `method/gpu` with at least 5 rows, else per method. Printed by benchmarks/throughput_accuracy.py
+# ("bands"), 2026-12-02; tests/test_accuracy.py keeps these at least as wide as what it measures.
+TIME_BANDS: dict[str, float] = {
+    "all": 0.406,
+    "full": 0.259,
+    "full/a100-sxm-40gb": 0.18,
+    "full/a100-sxm-80gb": 0.367,
+    "full/h100-sxm": 0.215,
+    "lora": 0.483,
+    "lora/a100-sxm-80gb": 0.483,
+    "qlora": 0.362,
+    "qlora/a100-sxm-80gb": 0.3,
+    "qlora/rtx-4090": 0.473,
+}
 # The GPUs of the benchmark's rows (a test checks it): on any other GPU the utilization is carried
 # over by matmul efficiency, unvalidated, and the band widens by how far that rule misses between
 # the two fitted architectures (utilization_transfer_band).
@@ -320,8 +342,9 @@ def utilization_transfer_band() -> float:
 
 
 def time_band(method: str, gpu: str) -> float:
-    """The validated tokens/s band for this method, widened on a GPU no measured run used."""
-    band = TIME_BANDS.get(method, TIME_BANDS["all"])
+    """The validated tokens/s band for this method on this GPU (its own where it has 5 measured runs
+    of the method), widened on a GPU no measured run used."""
+    band = TIME_BANDS.get(f"{method}/{gpu}", TIME_BANDS.get(method, TIME_BANDS["all"]))
     return band if gpu in THROUGHPUT_MEASURED_GPUS else band + utilization_transfer_band()
 
 

@@ -459,5 +459,6 @@ def _time_estimate(
         tokens_per_s_per_gpu=tps / n_gpus,
         scaling_efficiency=float(st.compute_s[0] / st.step_s[0]),
         hours=hours,
-        error_band=round(k.time_band(METHOD_NAMES[int(s.method[0])], gpu), 3),
+        # A bare parameter count guesses the shapes: its band holds for the time as for the memory.
+        error_band=round(max(k.time_band(METHOD_NAMES[int(s.method[0])], gpu), row.band), 3),
     )
