@@ -253,12 +253,13 @@ def _features(c: Case) -> Features:
     finally:
         k.PER_LAYER_PASS_S, k.ZERO_LAYER_PASS_S = saved[0], saved[2]
         k.DEQUANT_BYTES_PER_PARAM.update(saved[1])
-    hopper = c.gpu.startswith("h100")
     # A GPU other than the fitted architectures' reference GPUs runs at the library's utilization
     # for it (k.utilization_for: scaled by its matmul efficiency), expressed here in units of the
-    # column's fitted utilization at the library's values.
-    arch = "Hopper" if hopper else "Ampere"
+    # column's fitted utilization at the library's values; other architectures than Hopper go to
+    # the Ampere column.
     real_arch = load_catalog(user=False).gpu(c.gpu).architecture
+    hopper = real_arch == "Hopper"
+    arch = "Hopper" if hopper else "Ampere"
     compute = base.compute_s * k.UTILIZATION_BY_ARCH[arch].value / k.utilization_for(c.gpu, real_arch).value
     x = np.array([0.0 if hopper else compute, compute if hopper else 0.0, launch, zero])
     measured_step = base.tokens_per_step / c.n_gpus / c.measured
