@@ -166,6 +166,9 @@ def _estimator(c: Case) -> partial[TimeEstimate]:
         quant_kernel="gptq" if (qwen and c.method == "qlora") or c.quant_kernel == "gptq" else None,
         lora_targets=c.lora_targets,
         flash_attention=c.flash_attention,
+        # optimum-benchmark loads the 4-bit model and wraps it with PEFT directly: no
+        # prepare_model_for_kbit_training (data/MEASURED.md).
+        kbit_upcast=not c.source.startswith("optimum_benchmark"),
     )
     return partial(
         estimate_time,

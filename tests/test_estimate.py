@@ -139,7 +139,8 @@ def test_double_quant_and_head_options_reach_the_cli_and_the_planner() -> None:
 
     assert weights("--no-double-quant") > weights()
     assert weights("--quantize-head") < weights()  # Llama-3.1-8B's untied head goes to NF4
-    assert weights("--stack", "litgpt") == weights("--quantize-head")
+    # LitGPT quantizes its head and runs no prepare_model_for_kbit_training.
+    assert weights("--stack", "litgpt") == weights("--quantize-head", "--no-kbit-upcast")
     job = dict(model="llama-3.1-8b", train_tokens=10_000_000, seq_len=2048, methods=("qlora",))
     with_dq = ftsolve.plan(ftsolve.JobSpec(**job), top=1).plans[0]
     without = ftsolve.plan(ftsolve.JobSpec(**job, double_quant=False), top=1).plans[0]

@@ -102,9 +102,15 @@ def test_model_states_match_worked_totals() -> None:
 
 
 def test_qlora_and_lora_base_weights() -> None:
-    # physics.md §2.4: QLoRA base 5.70 GB (8B) and 39.52 GB (70B); bf16 base 16.06 / 141.11 GB
-    assert float(_terms(L8, QLORA, Q4, NONE, 0, 1).static["weights"][0]) / 1e9 == pytest.approx(5.70, abs=0.02)
-    assert float(_terms(L70, QLORA, Q4, NONE, 0, 1).static["weights"][0]) / 1e9 == pytest.approx(39.52, abs=0.05)
+    # physics.md §2.4: QLoRA base 5.70 GB (8B) and 39.52 GB (70B); bf16 base 16.06 / 141.11 GB. These
+    # keep the 16-bit parameters in 16 bits (no prepare_model_for_kbit_training, which doubles them).
+    plain = MemoryOptions(kbit_upcast=False)
+    q8 = float(_terms(L8, QLORA, Q4, NONE, 0, 1, options=plain).static["weights"][0])
+    assert q8 / 1e9 == pytest.approx(5.70, abs=0.02)
+    q70 = float(_terms(L70, QLORA, Q4, NONE, 0, 1, options=plain).static["weights"][0])
+    assert q70 / 1e9 == pytest.approx(39.52, abs=0.05)
+    upcast = float(_terms(L8, QLORA, Q4, NONE, 0, 1).static["weights"][0])
+    assert upcast - q8 == pytest.approx(2 * (2 * 128256 * 4096 + 65 * 4096), rel=1e-3)
     assert float(_terms(L8, LORA, Q16, NONE, 0, 1).static["weights"][0]) / 1e9 == pytest.approx(16.06, abs=0.01)
     # adapter states, fp32 + AdamW: 0.67 GB (8B) and 3.31 GB (70B)
     lora8 = _terms(L8, LORA, Q16, NONE, 0, 1).static

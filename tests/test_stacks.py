@@ -198,3 +198,50 @@ def test_a_plan_states_the_band_of_its_tokens_per_s() -> None:
     args = ["explain", "--model", L8, "--tokens", "20M", "--seq-len", "2048", "--max-gpus", "1"]
     text = CliRunner().invoke(cli, args).output
     assert "tokens/s (±" in text
+
+
+def _qlora(**opts: Any) -> ftsolve.MemoryEstimate:
+    return estimate_memory(
+        L8, method="qlora", seq_len=2048, gradient_checkpointing=True, options=MemoryOptions.for_stack(**opts)
+    )
+
+
+def test_prepare_model_for_kbit_training_casts_the_16_bit_parameters_and_the_residual_stream_to_fp32() -> None:
+    upcast, plain = _qlora(stack="hf"), _qlora(stack="hf", kbit_upcast=False)
+    assert STACKS["hf"].kbit_upcast and MemoryOptions.for_stack("hf").kbit_upcast
+    # Llama-3.1-8B's 16-bit parameters under NF4: embeddings and lm_head (128256 x 4096 each, untied)
+    # and the norms, 2 more bytes each in fp32.
+    other = 2 * 128256 * 4096 + (2 * 32 + 1) * 4096
+    extra = upcast.components_gib["weights"] - plain.components_gib["weights"]
+    assert extra == pytest.approx(other * 2 / 2**30, rel=1e-3)
+    # The checkpointed layer inputs are fp32: twice their bf16 size.
+    assert upcast.components_gib["activations"] == pytest.approx(2 * plain.components_gib["activations"], rel=1e-3)
+    # Not where PEFT or TRL skip it: a GPTQ base, a sharded QLoRA, stacks that do not run it, LoRA on 16 bits.
+    assert _qlora(stack="hf", quant_kernel="gptq").components_gib["weights"] < upcast.components_gib["weights"]
+    for stack in ("axolotl", "unsloth", "torchtune", "litgpt", "ms-swift", "accelerate-fsdp"):
+        assert not STACKS[stack].kbit_upcast, stack
+    zero3 = [
+        estimate_memory(
+            L8, method="qlora", seq_len=2048, n_gpus=2, sharding="zero3", options=MemoryOptions(kbit_upcast=u)
+        )
+        for u in (True, False)
+    ]
+    assert zero3[0].components_gib["weights"] == zero3[1].components_gib["weights"]
+    lora = [_est(kbit_upcast=u).components_gib["weights"] for u in (True, False)]
+    assert lora[0] == lora[1]
+
+
+def test_the_kbit_upcast_switch_reaches_the_cli_and_the_transformers_export() -> None:
+    from ftsolve._exports import render_export
+
+    args = ["estimate", "memory", "--model", L8, "--method", "qlora", "--gpu", "l4", "--json"]
+    on, off = (json.loads(CliRunner().invoke(cli, [*args, *flag]).output) for flag in ([], ["--no-kbit-upcast"]))
+    assert on["components_gib"]["weights"] > off["components_gib"]["weights"]
+    for upcast in (True, False):
+        job = ftsolve.JobSpec(
+            model=L8, train_tokens=5_000_000, seq_len=1024, methods=("qlora",), max_gpus=1, kbit_upcast=upcast
+        )
+        p = ftsolve.plan(job, top=1).plans[0]
+        text = render_export("transformers", p, job, load_catalog(user=False))
+        script = json.loads(text)["_ftsolve"]["script"]
+        assert script["prepare_model_for_kbit_training"] is upcast

@@ -7,6 +7,7 @@ from typing import Any
 
 from ftsolve._errors import InvalidJobSpec
 from ftsolve._exports._recipe import PLACEHOLDER, TrainingRecipe, learning_rate
+from ftsolve.solver._memory import plan_upcasts
 
 DATASET = f"{PLACEHOLDER}-with-your-dataset"
 DEEPSPEED_FILE = "deepspeed.json"
@@ -264,6 +265,10 @@ def script_settings(r: TrainingRecipe) -> dict[str, Any]:
     elif p.weight_precision == "int8":
         model["quantization_config"] = {"load_in_8bit": True}
     out: dict[str, Any] = {"from_pretrained": model, "dataset": DATASET}
+    if "quantization_config" in model and r.lora:
+        # The memory the plan priced: with PEFT's prepare_model_for_kbit_training (embeddings, lm_head
+        # and norms in fp32) or without it; TRL's SFTTrainer calls it on its own for unsharded QLoRA.
+        out["prepare_model_for_kbit_training"] = plan_upcasts(r.options, p.method, p.weight_precision, p.sharding)
     if r.lora:
         modules = _lora_modules(r)
         out["lora_config"] = {

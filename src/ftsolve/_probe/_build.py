@@ -123,6 +123,11 @@ def _probe_recipe(job: JobSpec) -> tuple[dict[str, Any], list[str]]:
         "offload_params": (opts.offload_params, False, "parameters on the GPU"),
         "variable_length": (opts.variable_length, False, "full-length batches of random tokens"),
         "quantized_head": (opts.head_is_quantized(), False, "a 16-bit lm_head"),
+        "kbit_upcast": (
+            opts.kbit_upcast and "qlora" in job.methods,
+            False,
+            "no prepare_model_for_kbit_training (16-bit embeddings and norms)",
+        ),
     }
     for job_value, probe_value, words in differs.values():
         if job_value != probe_value:

@@ -329,7 +329,10 @@ def _write_names(formatter: click.HelpFormatter, section: str, flags: list[str])
     with formatter.section(section):
         intro = COMPACT[section]
         width = max(formatter.width - formatter.current_indent, 40)
-        for line in textwrap.wrap(" ".join([intro, *flags]), width, break_on_hyphens=False, break_long_words=False):
+        # In alphabetical order: an index to look a flag up in (and it packs into fewer lines).
+        for line in textwrap.wrap(
+            " ".join([intro, *sorted(flags)]), width, break_on_hyphens=False, break_long_words=False
+        ):
             formatter.write(f"{'':>{formatter.current_indent}}{line}\n")
 
 

@@ -211,6 +211,13 @@ class JobSpec(BaseModel):
         "of the second moments through the step); default: the stack's",
         json_schema_extra=_cli("recipe"),
     )
+    kbit_upcast: bool | None = Field(
+        default=None,
+        title="prepare_model_for_kbit_training",
+        description="QLoRA/int8 on bitsandbytes: PEFT's prepare_model_for_kbit_training casts embeddings, lm_head and "
+        "norms to fp32 (TRL's SFTTrainer runs it); default: the stack's",
+        json_schema_extra=_cli("recipe"),
+    )
     variable_length: bool = Field(
         default=False,
         title="Batches of varying length",
@@ -529,6 +536,7 @@ class JobSpec(BaseModel):
             activation_offload=self.activation_offload,
             compile=self.compile,
             optimizer_step=self.optimizer_step,
+            kbit_upcast=self.kbit_upcast,
             variable_length=self.variable_length,
             quant_kernel=self.quant_kernel,
             deepspeed_bucket_elements=self.deepspeed_bucket_elements,

@@ -111,6 +111,8 @@ class MemoryOptions:
     activation_offload: bool = False  # tensors saved for backward wait in CPU memory
     compile: bool = False  # torch.compile: recorded; no memory or time effect is modelled yet
     optimizer_step: str = "fused"  # how the optimizer step runs, see _stacks.OptimizerStep
+    # PEFT's prepare_model_for_kbit_training on a bitsandbytes base (_stacks.Stack.kbit_upcast).
+    kbit_upcast: bool = True
     # Batches of varying length (padded per batch, not packed or padded to seq_len): the caching
     # allocator then reserves beyond what is allocated for the short-lived tensors.
     variable_length: bool = False
@@ -133,6 +135,7 @@ class MemoryOptions:
             "activation_offload": s.activation_offload,
             "compile": s.compile,
             "optimizer_step": s.optimizer_step,
+            "kbit_upcast": s.kbit_upcast,
         }
         fields |= {name: value for name, value in overrides.items() if value is not None}
         return cls(**fields)
@@ -419,6 +422,25 @@ class _States:
     dense: float  # bytes per dense weight: 4 for an fp32-loaded model, else 2
 
 
+def kbit_upcast(opts: MemoryOptions, method: I, quant: I, shard: I) -> B:
+    """Where PEFT's prepare_model_for_kbit_training runs (Stack.kbit_upcast): adapters on a
+    bitsandbytes int8/4-bit base (PEFT skips the cast for GPTQ), unless the QLoRA is sharded, for
+    which TRL leaves it out (FSDP, ZeRO-3)."""
+    on = opts.kbit_upcast and opts.quant_kernel == "bitsandbytes"
+    out: B = on & (method != FULL) & (quant != Q16) & (shard != ZERO3)
+    return out
+
+
+def plan_upcasts(opts: MemoryOptions, method: str, weight_precision: str, sharding: str) -> bool:
+    """kbit_upcast for one plan, by its names (what an export must ask the training script for)."""
+    quant = QUANT_NAMES.index(weight_precision) if weight_precision in QUANT_NAMES else Q16
+
+    def one(code: int) -> I:
+        return np.array([code], dtype=np.int64)
+
+    return bool(kbit_upcast(opts, one(METHOD_NAMES.index(method)), one(quant), one(SHARD_NAMES.index(sharding)))[0])
+
+
 def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: I, n: F) -> _States:
     """Weights, adapters, gradients and optimizer state per GPU, sharded as the stage says."""
     full = method == FULL
@@ -436,6 +458,8 @@ def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: 
     dense = 4.0 if opts.optimizer == "adamw-fp32" else 2.0  # an fp32-loaded model keeps fp32 weights
     base = base_weight_bytes(sizes, method, quant, dense, opts)
     weights = np.where(full, sizes.total_params * w_b, base) / shard_w
+    # prepare_model_for_kbit_training: the 16-bit embeddings, lm_head and norms become fp32.
+    weights = weights + np.where(kbit_upcast(opts, method, quant, shard), sizes.other_params * 2.0, 0.0)
     # Trainable parameters: everything (full) or the adapters, plus embedding and lm_head copies
     # when they are trained as well (PEFT modules_to_save keeps the original and a trainable copy).
     extra = sizes.embedding_params if opts.train_embeddings else 0.0
@@ -578,19 +602,24 @@ def _activation_units(sizes: ModelSizes, opts: MemoryOptions, seq_len: int, meth
     return out
 
 
-def _per_sample(sizes: ModelSizes, opts: MemoryOptions, seq_len: int, method: I, quant: I, ckpt: I) -> dict[str, F]:
+def _per_sample(
+    sizes: ModelSizes, opts: MemoryOptions, seq_len: int, method: I, quant: I, ckpt: I, shard: I
+) -> dict[str, F]:
     """Dynamic memory per sequence of the micro-batch (bytes), before the margin."""
     s, h, layers = float(seq_len), float(sizes.hidden), float(sizes.layers)
+    # Each checkpointed layer keeps its input: bf16, or fp32 where prepare_model_for_kbit_training
+    # made the embeddings fp32 (the residual adds then stay fp32 through the stack).
+    layer_input = np.where(kbit_upcast(opts, method, quant, shard), 4.0, 2.0) * s * h
     per_layer = _activation_units(sizes, opts, seq_len, method, quant) * s * h
     logit_total = s * sizes.vocab * LOSS_BYTES_PER_LOGIT[opts.loss]
     # Without checkpointing every layer's activations are alive when the logits are. With it,
     # the stored layer inputs are, but the one re-materialized layer comes after the loss and
     # lm_head backward have freed the logits: that phase needs only what exceeds them.
-    stored = np.where(ckpt == 1, 2.0 * s * h, per_layer) * layers
+    stored = np.where(ckpt == 1, layer_input, per_layer) * layers
     if opts.activation_offload:
         # Saved tensors stream to CPU as forward produces them (torchtune's OffloadActivations,
         # Unsloth's offloaded checkpointing): one layer's set in use and one in transfer stay.
-        stored = np.minimum(stored, 2.0 * np.where(ckpt == 1, 2.0 * s * h, per_layer))
+        stored = np.minimum(stored, 2.0 * np.where(ckpt == 1, layer_input, per_layer))
     recompute = np.where(ckpt == 1, np.maximum(per_layer - logit_total, 0.0), 0.0)
     logits = np.full_like(stored, logit_total)
     # With batches of varying length the caching allocator keeps blocks of earlier, differently
@@ -640,7 +669,7 @@ def memory_terms(
     }
     return MemoryTerms(
         static=static,
-        per_sample={name: b(v) for name, v in _per_sample(sizes, opts, seq_len, method, quant, ckpt).items()},
+        per_sample={name: b(v) for name, v in _per_sample(sizes, opts, seq_len, method, quant, ckpt, shard).items()},
         managed={"paged_optimizer": b(st.paged)},
         step_temporaries=b(_optimizer_step_bytes(sizes, opts, st, method)),
     )

@@ -70,6 +70,10 @@ class Stack:
     # Its default optimizer's step (OptimizerStep). transformers' Trainer defaults to
     # adamw_torch_fused with PyTorch >= 2.8, to the foreach adamw_torch before.
     optimizer_step: OptimizerStep = "fused"
+    # Its QLoRA/int8 recipes run PEFT's prepare_model_for_kbit_training, which casts every 16-bit
+    # parameter of a bitsandbytes-quantized model to fp32 (embeddings, lm_head, norms), so the
+    # residual stream the embeddings start runs in fp32 too.
+    kbit_upcast: bool = False
     sources: tuple[tuple[str, str], ...] = ()  # (fact, where the stack's source shows it)
 
 
@@ -103,7 +107,20 @@ STACKS: dict[str, Stack] = {
             "fp32-upcast",
             "fp32",
             gradient_checkpointing=False,
-            sources=(_HF_LOSS, _PEFT_UPCAST, _HF_CKPT, _HF_OPTIM),
+            kbit_upcast=True,
+            sources=(
+                _HF_LOSS,
+                _PEFT_UPCAST,
+                _HF_CKPT,
+                _HF_OPTIM,
+                (
+                    "QLoRA/int8: 16-bit parameters of the quantized model cast to fp32",
+                    "huggingface/peft src/peft/utils/other.py prepare_model_for_kbit_training: "
+                    "`param.data = param.data.to(torch.float32)` for every fp16/bf16 parameter but Params4bit "
+                    "(skipped for GPTQ); huggingface/trl SFTTrainer calls it for a 4/8-bit model unless its "
+                    "QLoRA is sharded (FSDP, ZeRO-3)",
+                ),
+            ),
         ),
         Stack(
             "accelerate-fsdp",
