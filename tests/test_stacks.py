@@ -245,3 +245,16 @@ def test_the_kbit_upcast_switch_reaches_the_cli_and_the_transformers_export() ->
         text = render_export("transformers", p, job, load_catalog(user=False))
         script = json.loads(text)["_ftsolve"]["script"]
         assert script["prepare_model_for_kbit_training"] is upcast
+
+
+def test_matmul_efficiencies_are_read_against_the_catalogs_peaks() -> None:
+    import re
+
+    gpus = load_catalog(user=False).gpus
+    # Sources that measured against another peak than gpus.csv's, each said in its note.
+    other_peak = {"mi250x": 383.0 / 2, "gh200-96gb": 989.0, "gh200-144gb": 989.0}
+    for name, eff in k.MATMUL_EFFICIENCY.items():
+        reached, peak = (float(x) for x in re.findall(r"([\d.]+) of ([\d.]+) TFLOP/s", eff.source)[0])
+        assert eff.value == pytest.approx(reached / peak, abs=6e-4), name
+        expected = other_peak.get(name, gpus[name].tensor_tflops)
+        assert peak == pytest.approx(expected, rel=2e-3), name
