@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import collections
 import csv
-import importlib.util
 import re
+import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+import build_offers
 
 import ftsolve
 from ftsolve import InvalidJobSpec, JobSpec
@@ -40,15 +43,6 @@ JOB = JobSpec(
 )
 
 
-def _build_offers() -> ModuleType:
-    """scripts/build_offers.py as a module (scripts/ is no package)."""
-    spec = importlib.util.spec_from_file_location("build_offers", ROOT / "scripts" / "build_offers.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _project_rows() -> list[dict[str, str]]:
     with open(PROJECT_EXTRA, newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
@@ -58,21 +52,19 @@ def _project_rows() -> list[dict[str, str]]:
 
 
 def test_the_project_file_has_exactly_the_columns_of_the_shared_extra_prices() -> None:
-    build = _build_offers()
     with open(PROJECT_EXTRA, newline="", encoding="utf-8") as f:
-        assert tuple(csv.DictReader(f).fieldnames or ()) == build.EXTRA_COLUMNS
+        assert tuple(csv.DictReader(f).fieldnames or ()) == build_offers.EXTRA_COLUMNS
     if SHARED_EXTRA.exists():
         with open(SHARED_EXTRA, newline="", encoding="utf-8") as f:
-            assert tuple(csv.DictReader(f).fieldnames or ()) == build.EXTRA_COLUMNS
+            assert tuple(csv.DictReader(f).fieldnames or ()) == build_offers.EXTRA_COLUMNS
 
 
 def test_the_bundled_catalog_holds_every_project_offer_as_the_build_makes_it() -> None:
     # Same path as the build (extra_rows, then the loader's own row check), compared field by field with
     # the bundled offers.csv: a data/extra_offers.csv edit without a rebuild fails here.
-    build = _build_offers()
     skipped: collections.Counter[str] = collections.Counter()
     mem = {name: g.memory_gib for name, g in GPUS.items()}
-    rows = build.extra_rows(PROJECT_EXTRA, GPUS, mem, skipped)
+    rows = build_offers.extra_rows(PROJECT_EXTRA, GPUS, mem, skipped)
     assert not skipped and len(rows) == len(_project_rows())
     bundled = {o.key: o for o in BUNDLED}
     lines = []
@@ -97,11 +89,10 @@ def test_every_project_offer_keeps_its_row_s_provenance_and_per_gpu_price() -> N
 
 
 def test_a_project_row_is_refused_as_a_shared_one_would_be(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    build = _build_offers()
     mem = {name: g.memory_gib for name, g in GPUS.items()}
-    header = ",".join(build.EXTRA_COLUMNS)
+    header = ",".join(build_offers.EXTRA_COLUMNS)
     path = tmp_path / "extra_offers.csv"
-    monkeypatch.setattr(build, "PROJECT_EXTRA", path)
+    monkeypatch.setattr(build_offers, "PROJECT_EXTRA", path)
     cases = {
         # a provider without stated price kinds
         "acme,on-demand,x1,MI300X 192GB,1,2.0,,per-hour,r1,US,,2026-09-01,page,": "EXTRA_KINDS",
@@ -111,10 +102,10 @@ def test_a_project_row_is_refused_as_a_shared_one_would_be(tmp_path: Path, monke
     for line, message in cases.items():
         path.write_text(f"{header}\n{line}\n")
         with pytest.raises(SystemExit, match=message):
-            build.extra_rows(path, GPUS, mem, collections.Counter())
+            build_offers.extra_rows(path, GPUS, mem, collections.Counter())
     path.write_text("provider,gpu\ncrusoe,MI300X\n")
     with pytest.raises(SystemExit, match="expected the columns"):
-        build.extra_rows(path, GPUS, mem, collections.Counter())
+        build_offers.extra_rows(path, GPUS, mem, collections.Counter())
 
 
 # --- the AMD offers --------------------------------------------------------------------------------

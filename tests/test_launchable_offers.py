@@ -5,12 +5,15 @@ Standard_ND96isr_H100_v5 plan runs one process per real GPU although SkyPilot's 
 
 from __future__ import annotations
 
-import importlib.util
 import io
+import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+import build_offers
 
 import ftsolve
 from ftsolve import InvalidJobSpec, JobSpec, Plan
@@ -69,14 +72,6 @@ AZURE_VMS_HEADER = (
 )
 
 
-def _build_offers() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_offers", ROOT / "scripts" / "build_offers.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # --- the bundled catalog -----------------------------------------------------------------------
 
 
@@ -119,23 +114,25 @@ def test_skypilot_clouds_are_clouds_of_the_installed_skypilot() -> None:
 
 def test_the_rule_s_reasons_fit_the_export_refusal_whole() -> None:
     # The export quotes a reason up to 120 characters (skypilot_problem); the rule's reasons fit.
-    build = _build_offers()
     marked = 0
     for o in BUNDLED:
-        if not o.launchable and o.not_launchable_reason == build.skypilot_reason(o.provider, o.instance_type, o.region):
+        if not o.launchable and o.not_launchable_reason == build_offers.skypilot_reason(
+            o.provider, o.instance_type, o.region
+        ):
             assert skypilot_problem(o) == f"the catalog marks it not launchable ({o.not_launchable_reason})", o.key
             marked += 1
     assert marked == 76  # 36 Azure offers, 40 of providers SkyPilot 0.14.1 has no cloud for
 
 
 def test_the_build_rule_keeps_an_earlier_reason_and_refuses_an_unknown_azure_size() -> None:
-    build = _build_offers()
-    assert build.skypilot_reason("lambda", "gpu_1x_h100_sxm5", "us-east-1") == ""
-    assert build.skypilot_reason("azure", "Standard_ND96isr_H100_v5", "eastus") == ""
-    assert "only in eastus, eastus2, westus" in build.skypilot_reason("azure", "Standard_ND96isr_H100_v5", "westus2")
-    assert "US regions only" in build.skypilot_reason("azure", "Standard_ND96asr_v4", "westeurope")
+    assert build_offers.skypilot_reason("lambda", "gpu_1x_h100_sxm5", "us-east-1") == ""
+    assert build_offers.skypilot_reason("azure", "Standard_ND96isr_H100_v5", "eastus") == ""
+    assert "only in eastus, eastus2, westus" in build_offers.skypilot_reason(
+        "azure", "Standard_ND96isr_H100_v5", "westus2"
+    )
+    assert "US regions only" in build_offers.skypilot_reason("azure", "Standard_ND96asr_v4", "westeurope")
     with pytest.raises(SystemExit, match="SKYPILOT_AZURE_SIZES"):
-        build.skypilot_reason("azure", "Standard_NC8as_T4_v3", "eastus")
+        build_offers.skypilot_reason("azure", "Standard_NC8as_T4_v3", "eastus")
     mi300x = next(o for o in BUNDLED if o.instance_type == "Standard_ND96isr_MI300X_v5")
     assert mi300x.not_launchable_reason.startswith("SkyPilot 0.14.1 knows no accelerator for Azure MI300X")
 

@@ -42,14 +42,14 @@ SKYPILOT_CLOUDS = frozenset(
 # A region or instance type SkyPilot could look up: no spaces, parentheses or other prose.
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]*")
 _NO_REGION = ("", "default")
-# Instance types whose GPU count SkyPilot's catalog misstates: (provider, instance type) -> the count it
-# states. SkyPilot's Azure v8 catalog lists Standard_ND96isr_H100_v5 as H100:12 (the VM has 8 GPUs;
+# Instance types whose GPU count SkyPilot's catalog misstates, as (provider, instance type). SkyPilot's
+# Azure v8 catalog lists Standard_ND96isr_H100_v5 as H100:12 (the VM has 8 GPUs;
 # coopslarhette/skypilot-catalog catalogs/v8/azure/vms.csv @20291d7e, skypilot-org/skypilot-catalog
 # catalogs/v6 @098741e7). Naming `accelerators: H100:8` would not help: for a task with an instance type,
 # sky/clouds/azure.py _get_feasible_launchable_resources drops the task's accelerators, so the launched
 # resources, the Ray GPU demand and SKYPILOT_NUM_GPUS_PER_NODE all take the catalog's 12
 # (backend_utils.get_task_demands_dict). The run command therefore names the offer's own count.
-SKYPILOT_GPU_MISCOUNTS = {("azure", "Standard_ND96isr_H100_v5"): 12}
+SKYPILOT_GPU_MISCOUNTS = frozenset({("azure", "Standard_ND96isr_H100_v5")})
 SKYPILOT_VERSION = "0.14.1"
 AXOLOTL_VERSION = "0.18.0"
 # torchtune's last PyPI release (0.6.1) saves per epoch only; save_every_n_steps is on main.

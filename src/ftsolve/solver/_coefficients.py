@@ -259,26 +259,36 @@ MATMUL_GPUS_BY_ARCH: dict[str, tuple[str, ...]] = {
 }
 
 
-def _matmul_efficiency(gpu: str, architecture: str) -> tuple[float, str]:
-    """(the GPU's matmul efficiency, where it comes from): its own measurement, else the median of
-    its architecture's measured GPUs (an assumption)."""
-    if gpu in MATMUL_EFFICIENCY:
-        return MATMUL_EFFICIENCY[gpu].value, f"{gpu}'s matmul efficiency"
+def _arch_median(architecture: str) -> tuple[float, str]:
+    """(the median matmul efficiency of the architecture's measured GPUs, where it comes from)."""
     measured = MATMUL_GPUS_BY_ARCH[architecture]
     median = statistics.median(MATMUL_EFFICIENCY[g].value for g in measured)
-    return median, f"assumed: the median matmul efficiency of {', '.join(measured)} ({gpu} has no measurement)"
+    return median, f"the median matmul efficiency of {', '.join(measured)}"
 
 
-def _derived_arch(arch: str) -> Coefficient:
-    """An architecture without fitted rows: the fitted utilization per unit of matmul efficiency
-    times the median efficiency of its measured GPUs."""
-    eff, where = _matmul_efficiency("", arch)
+def _matmul_efficiency(gpu: str, architecture: str) -> tuple[float, str]:
+    """(the GPU's matmul efficiency, where it comes from): its own measurement, else its
+    architecture's median (an assumption)."""
+    if gpu in MATMUL_EFFICIENCY:
+        return MATMUL_EFFICIENCY[gpu].value, f"{gpu}'s matmul efficiency"
+    median, where = _arch_median(architecture)
+    return median, f"assumed: {where} ({gpu} has no measurement)"
+
+
+def _carried(eff: float, where: str) -> Coefficient:
+    """The fitted utilization per unit of matmul efficiency (Ampere, Hopper) times `eff`."""
     return Coefficient(
-        round(_fitted_per_matmul() * eff, 3),
+        _fitted_per_matmul() * eff,
         "of dense 16-bit peak",
         f"derived: fitted utilization per unit of matmul efficiency (Ampere, Hopper) x {where}",
         _THROUGHPUT_FIT,
     )
+
+
+def _derived_arch(arch: str) -> Coefficient:
+    """An architecture without fitted rows, at the median efficiency of its measured GPUs."""
+    out = _carried(*_arch_median(arch))
+    return replace(out, value=round(out.value, 3))
 
 
 # Every architecture in gpus.csv has an entry (a test checks it): no silent default.
@@ -301,12 +311,7 @@ def utilization_for(gpu: str, architecture: str) -> Coefficient:
         return replace(
             fitted, value=fitted.value * ratio, source=f"{fitted.source}; x {ratio:.3f}: {where} over {ref}'s"
         )
-    return Coefficient(
-        _fitted_per_matmul() * eff,
-        "of dense 16-bit peak",
-        f"derived: fitted utilization per unit of matmul efficiency (Ampere, Hopper) x {where}",
-        _THROUGHPUT_FIT,
-    )
+    return _carried(eff, where)
 
 
 # The band each time estimate states: the 90th percentile of |tokens/s error| when the constants

@@ -441,7 +441,7 @@ def plan_upcasts(opts: MemoryOptions, method: str, weight_precision: str, shardi
     return bool(kbit_upcast(opts, one(METHOD_NAMES.index(method)), one(quant), one(SHARD_NAMES.index(sharding)))[0])
 
 
-def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: I, n: F) -> _States:
+def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: I, n: F, upcast: B) -> _States:
     """Weights, adapters, gradients and optimizer state per GPU, sharded as the stage says."""
     full = method == FULL
     w_b, g_b, o_b = FULL_STATE_BYTES[opts.optimizer]
@@ -459,7 +459,7 @@ def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: 
     base = base_weight_bytes(sizes, method, quant, dense, opts)
     weights = np.where(full, sizes.total_params * w_b, base) / shard_w
     # prepare_model_for_kbit_training: the 16-bit embeddings, lm_head and norms become fp32.
-    weights = weights + np.where(kbit_upcast(opts, method, quant, shard), sizes.other_params * 2.0, 0.0)
+    weights = weights + np.where(upcast, sizes.other_params * 2.0, 0.0)
     # Trainable parameters: everything (full) or the adapters, plus embedding and lm_head copies
     # when they are trained as well (PEFT modules_to_save keeps the original and a trainable copy).
     extra = sizes.embedding_params if opts.train_embeddings else 0.0
@@ -603,13 +603,13 @@ def _activation_units(sizes: ModelSizes, opts: MemoryOptions, seq_len: int, meth
 
 
 def _per_sample(
-    sizes: ModelSizes, opts: MemoryOptions, seq_len: int, method: I, quant: I, ckpt: I, shard: I
+    sizes: ModelSizes, opts: MemoryOptions, seq_len: int, method: I, quant: I, ckpt: I, upcast: B
 ) -> dict[str, F]:
     """Dynamic memory per sequence of the micro-batch (bytes), before the margin."""
     s, h, layers = float(seq_len), float(sizes.hidden), float(sizes.layers)
     # Each checkpointed layer keeps its input: bf16, or fp32 where prepare_model_for_kbit_training
     # made the embeddings fp32 (the residual adds then stay fp32 through the stack).
-    layer_input = np.where(kbit_upcast(opts, method, quant, shard), 4.0, 2.0) * s * h
+    layer_input = np.where(upcast, 4.0, 2.0) * s * h
     per_layer = _activation_units(sizes, opts, seq_len, method, quant) * s * h
     logit_total = s * sizes.vocab * LOSS_BYTES_PER_LOGIT[opts.loss]
     # Without checkpointing every layer's activations are alive when the logits are. With it,
@@ -646,7 +646,8 @@ def memory_terms(
     which FSDP does with its gradients unsharded (see `unsharded_gradients`).
     """
     n = n_gpus.astype(np.float64)
-    st = _states(sizes, opts, method, quant, shard, n)
+    upcast = kbit_upcast(opts, method, quant, shard)
+    st = _states(sizes, opts, method, quant, shard, n, upcast)
     gathered, buckets = _gathered_and_buckets(sizes, opts, st, method, shard, n)
     shape = np.broadcast(n, method, quant, shard, ckpt).shape
 
@@ -669,7 +670,7 @@ def memory_terms(
     }
     return MemoryTerms(
         static=static,
-        per_sample={name: b(v) for name, v in _per_sample(sizes, opts, seq_len, method, quant, ckpt, shard).items()},
+        per_sample={name: b(v) for name, v in _per_sample(sizes, opts, seq_len, method, quant, ckpt, upcast).items()},
         managed={"paged_optimizer": b(st.paged)},
         step_temporaries=b(_optimizer_step_bytes(sizes, opts, st, method)),
     )
