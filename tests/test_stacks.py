@@ -258,3 +258,49 @@ def test_matmul_efficiencies_are_read_against_the_catalogs_peaks() -> None:
         assert eff.value == pytest.approx(reached / peak, abs=6e-4), name
         expected = other_peak.get(name, gpus[name].tensor_tflops)
         assert peak == pytest.approx(expected, rel=2e-3), name
+
+
+def test_torchtune_qlora_dequantizes_torchaos_nf4_eagerly_unless_compiled() -> None:
+    """torchtune's LoRALinear runs torchao's linear_nf4, whose get_original_weight keeps int64
+    indices and every intermediate of the weight it expands (14 B per element) and moves 35 B per
+    element each time; torch.compile fuses that chain into a bitsandbytes-like kernel."""
+    assert MemoryOptions.for_stack("torchtune").quant_kernel == "torchao"
+    assert MemoryOptions.for_stack("torchtune", quant_kernel="bitsandbytes").quant_kernel == "bitsandbytes"
+    eager, compiled = _qlora(stack="torchtune"), _qlora(stack="torchtune", compile=True)
+    bnb = _qlora(stack="hf", kbit_upcast=False)
+    largest = 4096 * 14336  # Llama-3.1-8B's MLP projections, its widest quantized linears
+    assert eager.components_gib["dequant_workspace"] == pytest.approx(14 * largest / 2**30, abs=1e-3)
+    assert compiled.components_gib["dequant_workspace"] == pytest.approx(2 * largest / 2**30, abs=1e-3)
+    assert bnb.components_gib["dequant_workspace"] == pytest.approx(2 * largest / 2**30, abs=1e-3)
+    assert eager.peak_gib > compiled.peak_gib
+
+    gpu = "a100-sxm-80gb"
+    times = {
+        c: ftsolve.estimate_time(L8, gpu, method="qlora", options=MemoryOptions.for_stack("torchtune", compile=c))
+        for c in (False, True)
+    }
+    # Forward, recompute and backward each expand every quantized linear: 3 x (35 - 4.5) B more per
+    # linear parameter, at the bandwidth the dequantization streams at.
+    catalog = load_catalog(user=False)
+    linear, gb_per_s = catalog.models[L8].linear_params_in_layers(), catalog.gpu(gpu).memory_bandwidth_gb_per_s
+    assert gb_per_s is not None
+    bandwidth = gb_per_s * 1e9 * k.WEIGHT_STREAM_EFFICIENCY.value
+    extra_s = 3 * linear * (35.0 - 4.5) / bandwidth
+    assert times[False].step_s - times[True].step_s == pytest.approx(extra_s, rel=1e-6)
+    assert times[False].tokens_per_s < times[True].tokens_per_s
+
+
+def test_the_quant_kernel_reaches_the_cli_and_the_probe_says_it_runs_bitsandbytes() -> None:
+    out = CliRunner().invoke(
+        cli, ["estimate", "memory", "--model", L8, "--method", "qlora", "--quant-kernel", "torchao", "--json"]
+    )
+    assert out.exit_code == 0, out.output
+    bad = CliRunner().invoke(cli, ["estimate", "memory", "--model", L8, "--method", "qlora", "--quant-kernel", "awq"])
+    assert bad.exit_code == 2 and "torchao" in bad.output and "Traceback" not in bad.output
+    job = ftsolve.JobSpec(model=L8, train_tokens=20_000_000, seq_len=2048, methods=("qlora",), stack="torchtune")
+    catalog = load_catalog(user=False)
+    plan = ftsolve.plan(job, catalog, top=1).plans[0]
+    from ftsolve._probe import SCRIPT_NAME, build_probe
+
+    script = build_probe(plan, job, catalog).files[SCRIPT_NAME]
+    assert "bitsandbytes' NF4 dequantization, where the job has torchao" in script

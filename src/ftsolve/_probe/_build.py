@@ -111,10 +111,15 @@ def hf_config(arch: ModelArch, seq_len: int) -> dict[str, Any]:
 def _probe_recipe(job: JobSpec) -> tuple[dict[str, Any], list[str]]:
     """The recipe the probe runs (JobSpec's recipe fields), and what it does differently from the job."""
     opts = job.memory_options()
-    if opts.quant_kernel != "bitsandbytes":
+    if opts.quant_kernel == "gptq":
         raise InvalidJobSpec("the probe quantizes with bitsandbytes; it cannot run a GPTQ base (--quant-kernel gptq)")
     notes = []
     differs = {
+        "quant_kernel": (
+            opts.quant_kernel if "qlora" in job.methods else "bitsandbytes",
+            "bitsandbytes",
+            "bitsandbytes' NF4 dequantization",
+        ),
         "loss": (opts.loss, "fp32-upcast", "transformers' loss (fp32 upcast)"),
         "optimizer_in_backward": (opts.optimizer_in_backward, False, "the optimizer step after backward"),
         "activation_offload": (opts.activation_offload, False, "activations kept on the GPU"),

@@ -384,6 +384,49 @@ DEQUANT_BYTES_PER_PARAM: dict[str, Coefficient] = {
         "bitwise_and in place (1 + 1); weight - zeros (1 + 1); scales * (...) to fp16 (1 + 2); the matmul "
         "reads the fp16 weight (2): 18.5",
     ),
+    "torchao": Coefficient(
+        35.0,
+        "bytes moved per quantized base parameter per dequantization",
+        "pytorch/ao @36027d8 torchao/quantization/quantize_/workflows/nf4/nf4_tensor.py "
+        "NF4Tensor.get_original_weight, run eagerly by torchtune's linear_nf4 (LinearNF4.forward and "
+        "backward): per element, >> 4 and & 0b1111 (0.5 + 0.5 each), .to(torch.long) (0.5 + 4 each), "
+        "nf4[index] (4 + 1 each), repeated.flatten() twice (1 each), the two scalings (3 each), "
+        "torch.stack (2 + 2); the matmul reads the bf16 weight (2): 35",
+    ),
+    "torchao-compiled": Coefficient(
+        4.5,
+        "bytes moved per quantized base parameter per dequantization",
+        "inferred: under torch.compile Inductor fuses get_original_weight's element-wise chain into one "
+        "kernel that reads the packed NF4 (0.5 B) and writes the bf16 weight (2), which the matmul reads (2), "
+        "as bitsandbytes does; not measured",
+    ),
+}
+# The transient memory of one dequantization, per element of the largest quantized linear (the
+# weight a kernel expands at a time, forward or backward).
+DEQUANT_WORKSPACE_BYTES_PER_ELEMENT: dict[str, Coefficient] = {
+    "bitsandbytes": Coefficient(
+        2.0,
+        "bytes per weight element while one linear is dequantized",
+        "bitsandbytes autograd/_functions.py MatMul4Bit: F.dequantize_4bit(B, quant_state) makes the bf16 "
+        "weight of one linear for its matmul and frees it after",
+    ),
+    "gptq": Coefficient(
+        0.0,
+        "bytes per weight element while one linear is dequantized",
+        "GPTQ kernels dequantize tile by tile inside the matmul and hold no bf16 copy",
+    ),
+    "torchao": Coefficient(
+        14.0,
+        "bytes per weight element while one linear is dequantized",
+        "pytorch/ao @36027d8 nf4_tensor.py get_original_weight keeps every intermediate until it returns: "
+        "first_elements and second_elements in int64 (4 + 4 per element of the weight), dequantized_first "
+        "and _second (1 + 1), scaled_first and _second (1 + 1) and the stacked bf16 weight (2): 14",
+    ),
+    "torchao-compiled": Coefficient(
+        2.0,
+        "bytes per weight element while one linear is dequantized",
+        "inferred: a fused dequantization kernel holds only the bf16 weight it writes, as bitsandbytes does",
+    ),
 }
 QLORA_TIME_FACTOR = Coefficient(
     1.0,

@@ -35,7 +35,7 @@ from ftsolve.solver._memory import (
     ModelSizes,
     memory_terms,
 )
-from ftsolve.solver._stacks import OPTIMIZER_STEPS
+from ftsolve.solver._stacks import OPTIMIZER_STEPS, QUANT_KERNELS
 from ftsolve.solver._throughput import StepTime, flops_per_token, step_time
 
 I = NDArray[np.int64]
@@ -206,8 +206,8 @@ def _one_row(
 ) -> _OneRow:
     if sharding not in SHARD_NAMES:
         raise InvalidJobSpec(f"invalid sharding {sharding!r}: choose one of {', '.join(SHARD_NAMES)}")
-    if opts.quant_kernel not in ("bitsandbytes", "gptq"):
-        raise InvalidJobSpec(f"invalid quant_kernel {opts.quant_kernel!r}: choose bitsandbytes or gptq")
+    if opts.quant_kernel not in QUANT_KERNELS:
+        raise InvalidJobSpec(f"invalid quant_kernel {opts.quant_kernel!r}: choose {', '.join(QUANT_KERNELS)}")
     if opts.optimizer_step not in OPTIMIZER_STEPS:
         raise InvalidJobSpec(f"invalid optimizer_step {opts.optimizer_step!r}: choose {' or '.join(OPTIMIZER_STEPS)}")
     m = METHOD_NAMES.index(method)
@@ -411,7 +411,7 @@ def estimate_time(
         np.array([u], dtype=np.float64),
         hw.memory_bandwidth_gb_per_s,
         hw.bus_gb_per_s,
-        opts.quant_kernel,
+        opts.dequant_kernel,
     )
     hours = None if train_tokens is None else train_tokens / real_token_fraction / float(st.tokens_per_s[0]) / 3600.0
     return _time_estimate(

@@ -19,7 +19,7 @@ from ftsolve._errors import InvalidJobSpec
 from ftsolve.catalog._currency import Currency
 from ftsolve.catalog._models import ModelArch
 from ftsolve.solver._memory import MemoryOptions
-from ftsolve.solver._stacks import Loss, OptimizerStep, StackName
+from ftsolve.solver._stacks import Loss, OptimizerStep, QuantKernel, StackName
 
 Method = Literal["full", "lora", "qlora"]
 Market = Literal["on-demand", "interruptible", "fallback", "adaptive"]
@@ -201,7 +201,7 @@ class JobSpec(BaseModel):
     compile: bool | None = Field(
         default=None,
         title="torch.compile",
-        description="torch.compile (recorded; no effect modelled yet)",
+        description="torch.compile: fuses torchao's NF4 dequantization (torchtune QLoRA); no other effect modelled",
         json_schema_extra=_cli("recipe"),
     )
     optimizer_step: OptimizerStep | None = Field(
@@ -243,10 +243,11 @@ class JobSpec(BaseModel):
         description="FSDP CPU offload of parameters and gradients",
         json_schema_extra=_cli("recipe"),
     )
-    quant_kernel: Literal["bitsandbytes", "gptq"] = Field(
-        default="bitsandbytes",
+    quant_kernel: QuantKernel | None = Field(
+        default=None,
         title="Kernel of an int8/NF4 base",
-        description="kernel of an int8/NF4 base: bitsandbytes, or a GPTQ checkpoint",
+        description="kernel of an int8/NF4 base: bitsandbytes, a GPTQ checkpoint, or torchao's NF4; "
+        "default: the stack's (torchtune: torchao)",
         json_schema_extra=_cli("recipe"),
     )
     double_quant: bool = Field(

@@ -100,8 +100,9 @@ class MemoryOptions:
     offload_optimizer: bool = False
     offload_params: bool = False  # FSDP cpu_offload: parameters and gradients live in CPU memory
     stack: str = "hf"  # training stack (_stacks.STACKS); its runtime family decides accounting quirks
-    # Kernel of an int8/4-bit base: bitsandbytes (QLoRA's NF4, LLM.int8) or gptq (a GPTQ-quantized
-    # checkpoint such as Qwen's *-Int4 models trained through auto-gptq kernels).
+    # Kernel of an int8/4-bit base: bitsandbytes (QLoRA's NF4, LLM.int8), gptq (a GPTQ-quantized
+    # checkpoint such as Qwen's *-Int4 models trained through auto-gptq kernels) or torchao (the
+    # NF4Tensor torchtune's QLoRA recipes quantize to).
     quant_kernel: str = "bitsandbytes"
     double_quant: bool = True  # QLoRA's double quantization of the NF4 block constants
     # lm_head quantized with the layers (None: the framework's default; LitGPT's bitsandbytes
@@ -109,7 +110,8 @@ class MemoryOptions:
     quantized_head: bool | None = None
     optimizer_in_backward: bool = False  # each gradient applied and freed as backward produces it
     activation_offload: bool = False  # tensors saved for backward wait in CPU memory
-    compile: bool = False  # torch.compile: recorded; no memory or time effect is modelled yet
+    # torch.compile: fuses torchao's NF4 dequantization (dequant_kernel); no other effect is modelled.
+    compile: bool = False
     optimizer_step: str = "fused"  # how the optimizer step runs, see _stacks.OptimizerStep
     # PEFT's prepare_model_for_kbit_training on a bitsandbytes base (_stacks.Stack.kbit_upcast).
     kbit_upcast: bool = True
@@ -136,9 +138,16 @@ class MemoryOptions:
             "compile": s.compile,
             "optimizer_step": s.optimizer_step,
             "kbit_upcast": s.kbit_upcast,
+            "quant_kernel": s.quant_kernel,
         }
         fields |= {name: value for name, value in overrides.items() if value is not None}
         return cls(**fields)
+
+    @property
+    def dequant_kernel(self) -> str:
+        """The key of the dequantization's traffic and workspace (_coefficients): torchao's NF4
+        dequantizes eagerly in many element-wise steps unless torch.compile fuses them."""
+        return "torchao-compiled" if self.quant_kernel == "torchao" and self.compile else self.quant_kernel
 
     @property
     def framework(self) -> str:
@@ -561,15 +570,15 @@ def _autocast_copies(sizes: ModelSizes, dense: float, method: I, quant: I, shard
 
 
 def _dequant_workspace(sizes: ModelSizes, opts: MemoryOptions, quant: I) -> F:
-    """The bf16 weight a quantized matmul expands into, while it runs (bytes per GPU).
+    """What a quantized matmul holds while it expands its weight to bf16 (bytes per GPU).
 
     bitsandbytes expands one linear's weight to bf16 for its matmul, in forward and again in
-    backward, and frees it after (bitsandbytes autograd/_functions.py MatMul4Bit:
-    F.dequantize_4bit(B, quant_state) inside the matmul call); GPTQ kernels dequantize tile by tile
-    inside the matmul and hold no bf16 copy.
+    backward, and frees it after; GPTQ kernels dequantize tile by tile and hold no bf16 copy;
+    torchao's eager NF4 dequantization keeps int64 indices and every intermediate of the largest
+    linear until it returns (DEQUANT_WORKSPACE_BYTES_PER_ELEMENT).
     """
-    widest = 0.0 if opts.quant_kernel == "gptq" else largest_linear(sizes) * 2.0
-    dequant: F = np.where(quant != Q16, widest, 0.0)
+    per_element = k.DEQUANT_WORKSPACE_BYTES_PER_ELEMENT[opts.dequant_kernel].value
+    dequant: F = np.where(quant != Q16, largest_linear(sizes) * per_element, 0.0)
     if opts.head_is_quantized():
         # A quantized head is dequantized to bf16 whole in forward and backward, at the logits'
         # peak (LitGPT's bitsandbytes plugin quantizes it, see MemoryOptions).

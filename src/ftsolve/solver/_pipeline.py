@@ -487,7 +487,7 @@ def _step(job: JobSpec, sizes: ModelSizes, hw: Hardware, hi: I, cfg: I, memory: 
         hw.utilization[hi],
         hw.memory_bandwidth_gb_per_s[hi],
         hw.bus_gb_per_s[hi],
-        job.quant_kernel,
+        job.memory_options().dequant_kernel,
     )
 
 

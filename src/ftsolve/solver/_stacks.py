@@ -43,6 +43,10 @@ LOSSES: tuple[Loss, ...] = ("fp32-upcast", "bf16", "chunked", "fused")
 StackName = Literal["hf", "accelerate-fsdp", "deepspeed", "torchtune", "axolotl", "unsloth", "litgpt", "ms-swift"]
 Runtime = Literal["hf", "deepspeed", "litgpt"]
 
+# Kernels that expand an int8/4-bit base to bf16 (MemoryOptions.quant_kernel).
+QuantKernel = Literal["bitsandbytes", "gptq", "torchao"]
+QUANT_KERNELS: tuple[str, ...] = ("bitsandbytes", "gptq", "torchao")
+
 LOSS_BYTES_PER_LOGIT: dict[str, float] = {"fp32-upcast": 12.0, "bf16": 6.0, "chunked": 6.5, "fused": 2.0}
 
 
@@ -74,6 +78,8 @@ class Stack:
     # parameter of a bitsandbytes-quantized model to fp32 (embeddings, lm_head, norms), so the
     # residual stream the embeddings start runs in fp32 too.
     kbit_upcast: bool = False
+    # The kernel its QLoRA recipes dequantize the 4-bit base with (MemoryOptions.quant_kernel).
+    quant_kernel: QuantKernel = "bitsandbytes"
     sources: tuple[tuple[str, str], ...] = ()  # (fact, where the stack's source shows it)
 
 
@@ -173,7 +179,15 @@ STACKS: dict[str, Stack] = {
             gradient_checkpointing=True,
             fsdp_unsharded_accumulation=False,
             requires_bf16=True,
+            quant_kernel="torchao",
             sources=(
+                (
+                    "QLoRA dequantizes torchao's NF4 eagerly (int64 indices, many element-wise passes)",
+                    "pytorch/torchtune torchtune/modules/peft/lora.py LoRALinear.forward: "
+                    "`linear_nf4(input=x, weight=self.weight)` for a quantized base; pytorch/ao nf4_tensor.py "
+                    "LinearNF4 dequantizes with get_original_weight in forward and again in backward; "
+                    "recipes/configs: compile: False",
+                ),
                 (
                     "fp16 refused: bf16 or fp32 only",
                     "pytorch/torchtune recipes/lora_finetune_single_device.py (and every recipe): "

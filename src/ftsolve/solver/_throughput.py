@@ -92,8 +92,9 @@ class StepTime:
 def dequant_bytes_per_param(quant_kernel: str, ckpt: I) -> F:
     """Memory traffic per quantized base parameter per micro-batch to expand it to 16 bits.
 
-    bitsandbytes dequantizes in forward, again in backward for the input's gradient (MatMul4Bit
-    saves the quantized weight), and in the recompute: 2 + ckpt times. auto-gptq's torch path
+    bitsandbytes and torchao's NF4 dequantize in forward, again in backward for the input's
+    gradient (MatMul4Bit and LinearNF4 save the quantized weight), and in the recompute: 2 + ckpt
+    times. auto-gptq's torch path
     keeps the fp16 weight it made for backward (torch.matmul saves it): forward and recompute,
     1 + ckpt times, and backward reads the saved weight once more (2 B).
     """
