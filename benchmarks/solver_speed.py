@@ -15,9 +15,10 @@ a temporary PYTHONPYCACHEPREFIX, never into the source tree). Then campaigns of 
 Last, the issue 15 item 6 rows: a user catalog of `--big` offers (the bundled offers replicated
 with distinct instance types and regions and jittered prices, written as a CSV file) loaded with
 `load_catalog` and planned for the README job in a fresh process, with its peak RSS, beside the
-bundled catalog's cold load in a fresh process (`--big 0` skips the large catalog). `--big-runs N`
-loads and plans the same file in N fresh processes, one row each (the machine's noise shows), and
-`--only-big` runs only these rows.
+bundled catalog's cold load in a fresh process (`--big 0` skips the large catalog). The first load
+of the file parses it and caches its columns (catalog/_cache.py); `--big-runs N` then loads and
+plans the unchanged file in N more fresh processes, which read the cache, one row each (the
+machine's noise shows), and `--only-big` runs only these rows.
 """
 
 from __future__ import annotations
@@ -297,8 +298,10 @@ print(json.dumps({"import": t1 - t0, "load": t2 - t1, "plan": t3 - t2, "offers":
 """
 
 
-def _probe(args: list[str]) -> dict[str, float]:
-    done = subprocess.run([sys.executable, "-c", _BIG_PROBE, *args], capture_output=True, text=True, check=False)
+def _probe(args: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, "-c", _BIG_PROBE, *args], capture_output=True, text=True, check=False, env=env
+    )
     if done.returncode:
         raise RuntimeError(f"probe exited {done.returncode}: {done.stderr[-800:]}")
     out: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -311,28 +314,30 @@ def _big_catalog_rows(n: int, cold_runs: int = 5, runs: int = 1) -> None:
     import not counted). cpu s: the process's CPU time, import included (threads add up)."""
     cold = sorted(_probe([])["load"] for _ in range(cold_runs))
     print(
-        f"\n{'catalog (fresh process)':32s} {'offers':>8s} {'load s':>7s} {'plan s':>7s} {'total s':>8s} "
+        f"\n{'catalog (fresh process)':44s} {'offers':>8s} {'load s':>7s} {'plan s':>7s} {'total s':>8s} "
         f"{'peak MiB':>9s} {'cpu s':>6s}"
     )
-    print(f"{'bundled, cold load (median)':32s} {'':8s} {cold[len(cold) // 2]:7.3f}")
+    print(f"{'bundled, cold load (median)':44s} {'':8s} {cold[len(cold) // 2]:7.3f}")
     if n <= 0:
         return
-    met = True
+    met = {"first load (parse, cache)": True, "later loads (cached)": True}
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "offers.csv")
         write_big_catalog(path, n)
-        for _ in range(runs):
-            r = _probe([path])
+        # A cache folder of its own: the first load parses the file and caches its columns, the
+        # later loads of the unchanged file read them back (catalog/_cache.py).
+        env = dict(os.environ, FTSOLVE_HOME=os.path.join(tmp, "home"))
+        for i in range(runs + 1):
+            r = _probe([path], env)
             total = r["load"] + r["plan"]
+            label = "first load (parse, cache)" if i == 0 else "later loads (cached)"
             print(
-                f"{f'user catalog of {n:,}':32s} {int(r['offers']):8d} {r['load']:7.2f} {r['plan']:7.2f} {total:8.2f} "
-                f"{r['peak_mib']:9.0f} {r['cpu']:6.2f}"
+                f"{f'{n:,} offers, {label}':44s} {int(r['offers']):8d} {r['load']:7.2f} {r['plan']:7.2f} "
+                f"{total:8.2f} {r['peak_mib']:9.0f} {r['cpu']:6.2f}"
             )
-            met = met and total < 5.0 and r["peak_mib"] < 600
-    print(
-        f"target (issue 15): load + plan < 5 s and peak < 600 MiB{' in every run' if runs > 1 else ''}: "
-        f"{'yes' if met else 'NO'}"
-    )
+            met[label] = met[label] and total < 5.0 and r["peak_mib"] < 600
+    for label, ok in met.items():
+        print(f"target (issue 15): load + plan < 5 s and peak < 600 MiB, {label}: {'yes' if ok else 'NO'}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import subprocess
 import sys
 import tempfile
@@ -397,3 +398,72 @@ def test_filters_read_the_coded_text_columns_as_the_strings() -> None:
     gid = np.where(eu_scope, arr.gpu_id, -1)
     labels = twin_groups(arr, eu_scope, gid)
     assert (labels[~eu_scope] == -1).all() and (labels[eu_scope] >= 0).all()
+
+
+# --- the column cache of large files --------------------------------------------------------------
+
+
+def _many_offers(path: Path, price: str = "3.50") -> None:
+    """A file of 300 offers with every kind of value (None, bool, date, text)."""
+    lines = [HEADER] + [
+        row(instance_type=f"i{k}", on_demand_usd_per_gpu_hour=price, notes=f"n{k % 7}", country="" if k % 3 else "US")
+        for k in range(300)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    monkeypatch.setenv("FTSOLVE_HOME", str(home))
+    monkeypatch.setattr(_load, "CACHE_MIN_BYTES", 0)
+    return home / "cache"
+
+
+def test_a_large_file_is_read_back_from_its_cache_as_it_was_parsed(tmp_path: Path, cache_home: Path) -> None:
+    path = tmp_path / "offers.csv"
+    _many_offers(path)
+    parsed = user_offer_table(path, GPUS)
+    assert len(list(cache_home.glob("offers-*.npz"))) == 1
+    with (
+        mock.patch.object(_load, "fast_offer_table", side_effect=AssertionError("parsed again")),
+        mock.patch.object(_load, "_csv_offer_table", side_effect=AssertionError("parsed again")),
+    ):
+        cached = user_offer_table(path, GPUS)
+    assert outcome(cached) == outcome(parsed) == outcome(csv_read(path))
+    assert {o.country for o in cached} == {None, "US"} and all(o.launchable is True for o in cached)
+
+
+def test_a_rewritten_file_is_parsed_again_even_at_the_same_size_and_time(tmp_path: Path, cache_home: Path) -> None:
+    path = tmp_path / "offers.csv"
+    _many_offers(path, price="3.50")
+    before = path.stat()
+    assert {o.on_demand_usd_per_gpu_hour for o in user_offer_table(path, GPUS)} == {3.5}
+    _many_offers(path, price="3.60")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    assert {o.on_demand_usd_per_gpu_hour for o in user_offer_table(path, GPUS)} == {3.6}
+    assert len(list(cache_home.glob("offers-*.npz"))) == 1  # one entry per file, replaced
+
+
+def test_a_damaged_or_unwritable_cache_only_costs_time(tmp_path: Path, cache_home: Path) -> None:
+    path = tmp_path / "offers.csv"
+    _many_offers(path)
+    expected = outcome(user_offer_table(path, GPUS))
+    (entry,) = cache_home.glob("offers-*.npz")
+    for damage in (b"not a zip file", entry.read_bytes()[: entry.stat().st_size // 2]):
+        entry.write_bytes(damage)
+        assert outcome(user_offer_table(path, GPUS)) == expected
+    # An entry whose codes point past its values is refused, not trusted.
+    with np.load(entry, allow_pickle=False) as npz:
+        good = dict(npz.items())
+    good["c.provider"] = good["c.provider"] + 5
+    with open(entry, "wb") as f:
+        np.savez(f, **good)
+    assert outcome(user_offer_table(path, GPUS)) == expected
+    # A cache folder that cannot be made (a file is in its way): the file is read as ever.
+    for child in cache_home.iterdir():
+        child.unlink()
+    cache_home.rmdir()
+    cache_home.write_text("in the way")
+    assert outcome(user_offer_table(path, GPUS)) == expected

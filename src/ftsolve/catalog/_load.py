@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ftsolve._errors import CatalogError, UnknownCatalogEntry
 from ftsolve.catalog._arrays import OfferArrays, offer_arrays
+from ftsolve.catalog._cache import identity, read_cached, write_cached
 from ftsolve.catalog._columns import (
     Appended,
     ColumnBuilder,
@@ -454,6 +455,12 @@ def _comment_after_data(path: Path, block: int = 1 << 24) -> bool:
     return False
 
 
+def _csv_offer_table(path: Path, gpus: Mapping[str, GpuSpec]) -> OfferTable:
+    inner = _comment_after_data(path)
+    with open(path, encoding="utf-8-sig", newline="\n") as f:
+        return read_offer_table(f, str(path), gpus, inner)
+
+
 def user_offer_table(path: Path, gpus: Mapping[str, GpuSpec]) -> OfferTable:
     """A user's offers file as columns: a CSV is read line by line (a file of a million offers is
     never one string in memory); YAML, and any file the streaming read cannot decode, goes through
@@ -464,15 +471,16 @@ def user_offer_table(path: Path, gpus: Mapping[str, GpuSpec]) -> OfferTable:
     if path.suffix.lower() not in (".yaml", ".yml"):
         try:
             size = path.stat().st_size
-            small = size <= OFFERS_FILE_MAX_BYTES
-            if small and size >= FAST_MIN_BYTES:
-                table = fast_offer_table(path, gpus)
-                if table is not None:
-                    return table
-            inner = _comment_after_data(path)
-            with open(path, encoding="utf-8-sig", newline="\n") as f:
-                if small:
-                    return read_offer_table(f, str(path), gpus, inner)
+            if size <= OFFERS_FILE_MAX_BYTES:
+                # A large file is parsed once; later loads of the same bytes read its columns back.
+                ident = identity(path, gpus) if size >= CACHE_MIN_BYTES else None
+                table = read_cached(ident)
+                if table is None:
+                    fast = fast_offer_table(path, gpus) if size >= FAST_MIN_BYTES else None
+                    table = fast or _csv_offer_table(path, gpus)
+                    if ident is not None:
+                        write_cached(path, table, ident)
+                return table
         except (OSError, UnicodeDecodeError, MemoryError):
             pass  # read_user_offers states the problem, as it would for any file
     return OfferTable.of(read_user_offers(path, gpus).offers)
@@ -487,6 +495,7 @@ def user_offer_table(path: Path, gpus: Mapping[str, GpuSpec]) -> OfferTable:
 # and the cells go through the same column checks.
 
 FAST_MIN_BYTES = 8 * 1024 * 1024
+CACHE_MIN_BYTES = 8 * 1024 * 1024  # files from this size on are parsed once (catalog/_cache.py)
 _FAST_CHUNK_ROWS = 32_768  # rows checked at a time (fewer: more numpy calls per row)
 # Rows pandas parses at a time: it makes a chunk's cells column by column, most of the time in
 # fetching each cell's first byte, and a small chunk's tokens stay in the CPU's cache for that (a
