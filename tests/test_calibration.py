@@ -355,3 +355,34 @@ def test_estimate_time_returns_the_measured_tokens_per_second_after_calibrating(
     monkeypatch.setenv("FTSOLVE_HOME", str(tmp_path))
     a100_calibrated = json.loads(CliRunner().invoke(cli, other).output)["tokens_per_s"]
     assert a100_calibrated / a100_model == pytest.approx(after / before, rel=1e-3)  # the same factor
+
+
+def test_a_gpu_with_the_calibrated_gpus_figures_states_the_measured_band(home: Path, tmp_path: Path) -> None:
+    """The planner applies a calibration to every GPU type with the calibrated one's figures (peak,
+    bandwidth, usable memory; gpus.csv lists the A100 40GB PCIe and SXM alike); the plan's stated
+    band and assumption lines follow the same match, not the GPU's name."""
+    job = JobSpec(
+        model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, gpus=("a100-sxm-40gb",), methods=("lora",)
+    ).model_copy(update={"max_gpus": 1})
+    before = ftsolve.plan(job, CATALOG, top=1).plans[0]
+    row = {
+        "gpu": "a100-sxm-40gb",
+        "date": "2026-12-01",
+        "model": "llama-3.1-8b",
+        "method": "lora",
+        "seq_len": 2048,
+        "micro_batch": before.micro_batch,
+        "grad_accum": before.grad_accum,
+        "gradient_checkpointing": before.gradient_checkpointing,
+        "tokens_per_s": round(0.8 * before.time.tokens_per_s, 1),
+    }
+    table = tmp_path / "mine.json"
+    table.write_text(json.dumps([row]))
+    assert run("calibrate", str(table))[0] == 0
+    twin = ftsolve.plan(job.model_copy(update={"gpus": ("a100-pcie-40gb",)}), CATALOG, top=1).plans[0]
+    plain = ftsolve.plan(
+        job.model_copy(update={"gpus": ("a100-pcie-40gb",), "calibration": False}), CATALOG, top=1
+    ).plans[0]
+    assert twin.time.tokens_per_s == pytest.approx(plain.time.tokens_per_s * 0.8, rel=2e-3)
+    assert twin.time.tokens_per_s_band == MEASURED_BAND.value
+    assert any(a.startswith("tokens/s from your measurements of 2026-12-01 on a100-sxm-40gb") for a in twin.assumptions)

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from ftsolve._calibration._fit import TRANSFER_BAND
 from ftsolve._calibration._store import Calibration, Correction, load_calibration
-from ftsolve.catalog import load_gpus
+from ftsolve.catalog import GpuSpec, load_gpus
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import TimeEstimate
 from ftsolve.solver._hardware import Hardware, usable_gib
@@ -124,14 +124,17 @@ class PairCorrections:
         return dataclasses.replace(st, **update)
 
 
-def _setup_gpus(cal: Calibration, hw: Hardware) -> NDArray[np.object_]:
-    """Per hardware setup, the calibrated GPU type it is ('' for none): the one with its figures."""
-    names: NDArray[np.object_] = np.full(len(hw), "", dtype=object)
+def _calibrated_specs(cal: Calibration) -> list[tuple[str, GpuSpec]]:
+    """The calibrated GPU types the catalog knows, in the order a setup is matched to them."""
     gpus = load_gpus()
-    for name in sorted({c.gpu for c in cal.corrections}):
-        spec = gpus.get(name)
-        if spec is None:
-            continue
+    return [(name, gpus[name]) for name in sorted({c.gpu for c in cal.corrections}) if name in gpus]
+
+
+def _setup_gpus(cal: Calibration, hw: Hardware) -> NDArray[np.object_]:
+    """Per hardware setup, the calibrated GPU type it is ('' for none): the first with its figures
+    (peak, bandwidth, usable memory), whatever the offer calls the GPU."""
+    names: NDArray[np.object_] = np.full(len(hw), "", dtype=object)
+    for name, spec in _calibrated_specs(cal):
         same = (
             (hw.peak_tflops == (spec.tensor_tflops or 1.0))
             & (hw.memory_bandwidth_gb_per_s == (spec.memory_bandwidth_gb_per_s or 1.0))
@@ -139,6 +142,22 @@ def _setup_gpus(cal: Calibration, hw: Hardware) -> NDArray[np.object_]:
         )
         names[same & (names == "")] = name
     return names
+
+
+def _calibrated_as(cal: Calibration, gpu: str) -> str:
+    """The calibrated GPU type a plan on `gpu` takes its corrections from, as the planner matches
+    it (_setup_gpus): the first with the same figures; '' for none."""
+    spec = load_gpus().get(gpu)
+    if spec is None:
+        return ""
+    for name, other in _calibrated_specs(cal):
+        if (
+            (spec.tensor_tflops or 1.0) == (other.tensor_tflops or 1.0)
+            and (spec.memory_bandwidth_gb_per_s or 1.0) == (other.memory_bandwidth_gb_per_s or 1.0)
+            and math.isclose(usable_gib(spec), usable_gib(other), rel_tol=1e-9)
+        ):
+            return name
+    return ""
 
 
 def pair_corrections(job: JobSpec, opts: MemoryOptions, hw: Hardware, hi: I, cfg: I) -> PairCorrections:
@@ -178,11 +197,14 @@ def _origin(c: Correction, quantity: Quantity) -> str:
     return f"your {_WHAT[r.measurement.kind]} of {r.measurement.date.isoformat()} on {c.gpu}"
 
 
-def tokens_per_s_band(job: JobSpec, gpu: str, method: str) -> float:
-    """The band of a plan's tokens/s: its calibration's where one applies to this GPU, stack and
-    method, else the model's validated band (k.time_band)."""
-    cal = load_calibration() if job.calibration else None
-    speed = applied(cal, gpu, job.memory_options().stack, method, "throughput") if cal and cal.corrections else None
+def tokens_per_s_band(job: JobSpec, gpu: str, method: str, cal: Calibration | None = None) -> float:
+    """The band of a plan's tokens/s: its calibration's where one applies to this GPU (matched as
+    the planner matches it), stack and method, else the model's validated band (k.time_band)."""
+    if job.calibration:
+        cal = cal if cal is not None else load_calibration()
+    speed = None
+    if job.calibration and cal is not None and cal.corrections:
+        speed = applied(cal, _calibrated_as(cal, gpu), job.memory_options().stack, method, "throughput")
     return speed.band if speed is not None else k.time_band(method, gpu)
 
 
@@ -195,7 +217,8 @@ def calibration_assumptions(job: JobSpec, gpu: str, method: str, cal: Calibratio
         return []
     stack = job.memory_options().stack
     out = []
-    speed = applied(cal, gpu, stack, method, "throughput")
+    as_gpu = _calibrated_as(cal, gpu)
+    speed = applied(cal, as_gpu, stack, method, "throughput")
     if speed is not None and speed.measured:
         out.append(
             f"tokens/s from {_origin(speed.sources[0], 'throughput')} (x{speed.value:.2f} the model, "
@@ -207,7 +230,7 @@ def calibration_assumptions(job: JobSpec, gpu: str, method: str, cal: Calibratio
             f"tokens/s x{speed.value:.2f} the model from {origins}, carried to {gpu} through the model "
             f"(±{speed.band:.0%})"
         )
-    memory = applied(cal, gpu, stack, method, "memory")
+    memory = applied(cal, as_gpu, stack, method, "memory")
     if memory is not None and memory.measured:
         out.append(
             f"activation memory x{memory.value:.2f} the model from {_origin(memory.sources[0], 'memory')}; "

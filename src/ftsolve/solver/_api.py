@@ -8,7 +8,7 @@ from dataclasses import fields
 import numpy as np
 from numpy.typing import NDArray
 
-from ftsolve._calibration import calibration_assumptions, tokens_per_s_band
+from ftsolve._calibration import Calibration, calibration_assumptions, load_calibration, tokens_per_s_band
 from ftsolve._errors import InvalidJobSpec, NoFeasiblePlan
 from ftsolve.catalog import MAX_PLAUSIBLE_DISCOUNT, Catalog, Offer, load_catalog, provider_defaults
 from ftsolve.solver import _coefficients as k
@@ -89,6 +89,7 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int,
     offer = t.offers[int(t.offer_idx[i])]
     memory = _memory_breakdown(t, i)
     binding = _binding(job, t, i)
+    cal = load_calibration() if job.calibration else None
     quant = QUANT_NAMES[int(t.quant[i])]
     # Cards without bf16 (Volta, Turing) train in fp16 with loss scaling.
     dtype_16 = "bf16" if t.gpu_specs[offer.gpu].supports_bf16 else "fp16"
@@ -110,7 +111,7 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int,
         price_usd_per_gpu_hour=float(t.price_usd_per_gpu_hour[i]),
         price_date=offer.price_date,
         memory=memory,
-        time=_time_breakdown(job, t, i),
+        time=_time_breakdown(job, t, i, cal),
         cost_items=_cost_items(t, i, offer),
         total_cost_usd=int(t.total_cents[i]) / 100,
         cost_at_confidence_usd=None if job.budget_confidence is None else int(t.budget_cents[i]) / 100,
@@ -119,7 +120,7 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int,
         binding_constraints=binding,
         slack=_slack(job, t, i),
         why=_why(job, t, i, rank, best, nxt, binding),
-        assumptions=_assumptions(job, t, i, offer, memory),
+        assumptions=_assumptions(job, t, i, offer, memory, cal),
     )
 
 
@@ -134,12 +135,12 @@ def _memory_breakdown(t: CandidateTable, i: int) -> MemoryBreakdown:
     )
 
 
-def _time_breakdown(job: JobSpec, t: CandidateTable, i: int) -> TimeBreakdown:
+def _time_breakdown(job: JobSpec, t: CandidateTable, i: int, cal: Calibration | None) -> TimeBreakdown:
     spot = MARKETS[int(t.market[i])] != "on-demand"
     return TimeBreakdown(
         tokens_per_s=round(float(t.tokens_per_s[i]), 1),
         tokens_per_s_band=round(
-            tokens_per_s_band(job, t.offers[int(t.offer_idx[i])].gpu, METHOD_NAMES[int(t.method[i])]), 3
+            tokens_per_s_band(job, t.offers[int(t.offer_idx[i])].gpu, METHOD_NAMES[int(t.method[i])], cal), 3
         ),
         step_s=round(float(t.step_s[i]), 4),
         training_hours=round(float(t.train_hours[i]), 4),
@@ -213,7 +214,9 @@ def _cost_items(t: CandidateTable, i: int, offer: Offer) -> tuple[CostItem, ...]
     )
 
 
-def _assumptions(job: JobSpec, t: CandidateTable, i: int, offer: Offer, memory: MemoryBreakdown) -> tuple[str, ...]:
+def _assumptions(
+    job: JobSpec, t: CandidateTable, i: int, offer: Offer, memory: MemoryBreakdown, cal: Calibration | None
+) -> tuple[str, ...]:
     defaults = provider_defaults(offer.provider)
     market = MARKETS[int(t.market[i])]
     out = [
@@ -267,7 +270,7 @@ def _assumptions(job: JobSpec, t: CandidateTable, i: int, offer: Offer, memory: 
         )
     if job.trial_runs or job.failure_probability:
         out.append("trial runs and failed attempts are priced as scaled copies of the final run on the same plan")
-    out.extend(calibration_assumptions(job, offer.gpu, METHOD_NAMES[int(t.method[i])]))
+    out.extend(calibration_assumptions(job, offer.gpu, METHOD_NAMES[int(t.method[i])], cal))
     return tuple(out)
 
 
