@@ -210,26 +210,31 @@ def test_calibrate_shows_predicted_against_measured_and_stores_the_correction(ho
     assert code == 0 and "h100-sxm hf/lora" in listed and "probe-h100-lora.json" in listed
 
 
+def _speed_record(folder: Path, gpu: str, plan: ftsolve.Plan, tokens_per_s: float) -> Path:
+    """A measurements file of one run of `plan`'s configuration of Llama-3.1-8B LoRA at 2,048 tokens."""
+    row = {
+        "gpu": gpu,
+        "date": "2026-12-01",
+        "model": "llama-3.1-8b",
+        "method": "lora",
+        "seq_len": 2048,
+        "micro_batch": plan.micro_batch,
+        "grad_accum": plan.grad_accum,
+        "gradient_checkpointing": plan.gradient_checkpointing,
+        "tokens_per_s": tokens_per_s,
+    }
+    table = folder / "mine.json"
+    table.write_text(json.dumps([row]))
+    return table
+
+
 def test_plans_use_the_measurement_on_its_gpu_and_carry_it_to_others(home: Path, tmp_path: Path) -> None:
     job = JobSpec(model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, gpus=("h100-sxm",), methods=("lora",))
     job = job.model_copy(update={"max_gpus": 1})
     before = ftsolve.plan(job, CATALOG, top=1).plans[0]
     # A record of exactly the planned configuration, measured at 80% of the model's tokens/s.
     measured = round(0.8 * before.time.tokens_per_s, 1)
-    row = {
-        "gpu": "h100-sxm",
-        "date": "2026-12-01",
-        "model": "llama-3.1-8b",
-        "method": "lora",
-        "seq_len": 2048,
-        "micro_batch": before.micro_batch,
-        "grad_accum": before.grad_accum,
-        "gradient_checkpointing": before.gradient_checkpointing,
-        "tokens_per_s": measured,
-    }
-    table = tmp_path / "mine.json"
-    table.write_text(json.dumps([row]))
-    code, out = run("calibrate", str(table))
+    code, out = run("calibrate", str(_speed_record(tmp_path, "h100-sxm", before, measured)))
     assert code == 0, out
     after = ftsolve.plan(job, CATALOG, top=1).plans[0]
     assert after.micro_batch == before.micro_batch and after.grad_accum == before.grad_accum
@@ -365,20 +370,8 @@ def test_a_gpu_with_the_calibrated_gpus_figures_states_the_measured_band(home: P
         model="llama-3.1-8b", train_tokens=50_000_000, seq_len=2048, gpus=("a100-sxm-40gb",), methods=("lora",)
     ).model_copy(update={"max_gpus": 1})
     before = ftsolve.plan(job, CATALOG, top=1).plans[0]
-    row = {
-        "gpu": "a100-sxm-40gb",
-        "date": "2026-12-01",
-        "model": "llama-3.1-8b",
-        "method": "lora",
-        "seq_len": 2048,
-        "micro_batch": before.micro_batch,
-        "grad_accum": before.grad_accum,
-        "gradient_checkpointing": before.gradient_checkpointing,
-        "tokens_per_s": round(0.8 * before.time.tokens_per_s, 1),
-    }
-    table = tmp_path / "mine.json"
-    table.write_text(json.dumps([row]))
-    assert run("calibrate", str(table))[0] == 0
+    record = _speed_record(tmp_path, "a100-sxm-40gb", before, round(0.8 * before.time.tokens_per_s, 1))
+    assert run("calibrate", str(record))[0] == 0
     twin = ftsolve.plan(job.model_copy(update={"gpus": ("a100-pcie-40gb",)}), CATALOG, top=1).plans[0]
     plain = ftsolve.plan(
         job.model_copy(update={"gpus": ("a100-pcie-40gb",), "calibration": False}), CATALOG, top=1
