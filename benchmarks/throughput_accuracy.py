@@ -280,6 +280,12 @@ def fit(feats: list[Features], prior: Coefficients) -> Coefficients:
     y = y - x[:, ~informed] @ p[~informed]
     sol = p.copy()
     sol[informed] = np.maximum(np.linalg.lstsq(x[:, informed] * w[:, None], y * w, rcond=None)[0], 1e-9)
+    # An architecture the fold has no runs on takes what the library gives an architecture without
+    # fitted runs: the fitted utilization per unit of matmul efficiency (k.utilization_for).
+    eff = {arch: k.MATMUL_EFFICIENCY[gpu].value for arch, gpu in k.UTILIZATION_REFERENCE_GPU.items()}
+    for col, arch, other_col, other in ((0, "Ampere", 1, "Hopper"), (1, "Hopper", 0, "Ampere")):
+        if not informed[col] and informed[other_col]:
+            sol[col] = sol[other_col] * eff[other] / eff[arch]
     return Coefficients(tuple(float(v) for v in sol))  # type: ignore[arg-type]
 
 

@@ -320,10 +320,10 @@ def utilization_for(gpu: str, architecture: str) -> Coefficient:
 # ("bands"), 2026-12-02; tests/test_accuracy.py keeps these at least as wide as what it measures.
 TIME_BANDS: dict[str, float] = {
     "all": 0.406,
-    "full": 0.259,
+    "full": 0.24,
     "full/a100-sxm-40gb": 0.18,
     "full/a100-sxm-80gb": 0.367,
-    "full/h100-sxm": 0.215,
+    "full/h100-sxm": 0.22,
     "lora": 0.483,
     "lora/a100-sxm-80gb": 0.483,
     "qlora": 0.362,
