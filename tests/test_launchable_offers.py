@@ -1,5 +1,5 @@
 """Launchable means SkyPilot 0.14.1 can launch it: the bundled catalog marks launchable only offers of
-SkyPilot clouds and, for Azure, only sizes and regions SkyPilot's Azure catalog has (scripts/build_offers.py
+SkyPilot clouds and, for Azure and GCP, only sizes and regions SkyPilot's catalogs have (scripts/build_offers.py
 `skypilot_reason`, data/OFFERS.md "Launchable with SkyPilot 0.14.1"); the SkyPilot export of an Azure
 Standard_ND96isr_H100_v5 plan runs one process per real GPU although SkyPilot's catalog says 12."""
 
@@ -121,7 +121,7 @@ def test_the_rule_s_reasons_fit_the_export_refusal_whole() -> None:
         ):
             assert skypilot_problem(o) == f"the catalog marks it not launchable ({o.not_launchable_reason})", o.key
             marked += 1
-    assert marked == 76  # 36 Azure offers, 40 of providers SkyPilot 0.14.1 has no cloud for
+    assert marked == 120  # 36 Azure and 44 GCP offers, 40 of providers SkyPilot 0.14.1 has no cloud for
 
 
 def test_the_build_rule_keeps_an_earlier_reason_and_refuses_an_unknown_azure_size() -> None:
@@ -135,6 +135,32 @@ def test_the_build_rule_keeps_an_earlier_reason_and_refuses_an_unknown_azure_siz
         build_offers.skypilot_reason("azure", "Standard_NC8as_T4_v3", "eastus")
     mi300x = next(o for o in BUNDLED if o.instance_type == "Standard_ND96isr_MI300X_v5")
     assert mi300x.not_launchable_reason.startswith("SkyPilot 0.14.1 knows no accelerator for Azure MI300X")
+
+
+# The bundled GCP offers SkyPilot's GCP catalog has no row for (skypilot-catalog catalogs/v8/gcp/vms.csv
+# @006059e0, data/OFFERS.md): instance-type prefix -> the bundled regions it lacks (None: every region).
+GCP_MISSING = {
+    "a2-highgpu-": {"europe-west1", "us-east4", "us-east5"},
+    "a2-megagpu-": {"europe-west1", "us-east4", "us-east5"},
+    "a2-ultragpu-": {"europe-west1"},
+    "g2-standard-": {"us-east5"},
+    "g4-standard-": None,
+}
+
+
+def test_launchable_gcp_offers_are_in_the_regions_skypilot_s_gcp_catalog_has_them_in() -> None:
+    gcp = [o for o in BUNDLED if o.provider == "gcp"]
+    assert len(gcp) == 115
+    for o in gcp:
+        prefix = next((p for p in GCP_MISSING if o.instance_type.startswith(p)), None)
+        lacking = GCP_MISSING.get(prefix or "", set())
+        missing = prefix is not None and (lacking is None or o.region in lacking)
+        assert o.launchable is not missing, o.key
+        if missing:
+            assert o.not_launchable_reason.startswith("SkyPilot's GCP catalog (catalogs/v8/gcp/vms.csv) has no")
+    assert sum(not o.launchable for o in gcp) == 44
+    with pytest.raises(SystemExit, match="SKYPILOT_GCP_TYPES"):
+        build_offers.skypilot_reason("gcp", "n1-standard-8", "us-central1")
 
 
 # --- the SkyPilot export -----------------------------------------------------------------------
