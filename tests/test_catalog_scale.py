@@ -467,3 +467,43 @@ def test_a_damaged_or_unwritable_cache_only_costs_time(tmp_path: Path, cache_hom
     cache_home.rmdir()
     cache_home.write_text("in the way")
     assert outcome(user_offer_table(path, GPUS)) == expected
+
+
+def test_an_entry_written_by_other_reader_code_is_not_read_back(
+    tmp_path: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ftsolve.catalog import _cache
+
+    path = tmp_path / "offers.csv"
+    _many_offers(path)
+    user_offer_table(path, GPUS)
+    monkeypatch.setattr(_cache, "_reader_digest", lambda: "other code or exchange rates")
+    with mock.patch.object(_load, "_csv_offer_table", wraps=_load._csv_offer_table) as parse:
+        user_offer_table(path, GPUS)
+    assert parse.call_count == 1
+
+
+def test_the_cache_keeps_the_entries_of_the_files_written_last(tmp_path: Path, cache_home: Path) -> None:
+    from ftsolve.catalog import _cache
+
+    for k in range(_cache.KEEP_ENTRIES + 2):
+        path = tmp_path / f"offers-{k}.csv"
+        _many_offers(path)
+        user_offer_table(path, GPUS)
+    assert len(list(cache_home.glob("offers-*.npz"))) == _cache.KEEP_ENTRIES
+
+
+def test_without_a_home_folder_a_large_file_is_read_uncached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FTSOLVE_HOME", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(_load, "CACHE_MIN_BYTES", 0)
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    path = tmp_path / "offers.csv"
+    _many_offers(path)
+    assert outcome(user_offer_table(path, GPUS)) == outcome(csv_read(path))

@@ -8,13 +8,16 @@ reads the arrays instead. Anything else (a changed file, a damaged or missing ca
 entry, a folder that cannot be written) falls back to parsing the file: the cache can make a load
 faster, never different.
 
-The cache folder is $FTSOLVE_HOME/cache, else $XDG_CACHE_HOME/ftsolve (~/.cache/ftsolve).
+The cache folder is $FTSOLVE_HOME/cache, else $XDG_CACHE_HOME/ftsolve (~/.cache/ftsolve); it keeps
+the entries of the KEEP_ENTRIES files written last. An entry's key also covers the reader's own code
+and bundled data, so a change to either parses the file again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
@@ -37,12 +40,34 @@ FORMAT = 1  # bumped whenever what is written changes
 _NONE, _STR, _BOOL, _DATE = 0, 1, 2, 3
 
 
-def cache_dir() -> Path:
+KEEP_ENTRIES = 8  # the most recently written entries kept; older ones are removed after a write
+
+
+def cache_dir() -> Path | None:
+    """The cache folder; None where there is none to name (no home folder and no variable set)."""
     home = os.environ.get("FTSOLVE_HOME")
     if home:
         return Path(home) / "cache"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:
+            return None
     return Path(base) / "ftsolve"
+
+
+@functools.cache
+def _reader_digest() -> str:
+    """What else a parse depends on: the reader's code and the bundled data it converts with
+    (exchange rates, the GPU table's file), so that an entry written by other code is not read back
+    (the package version does not change between commits)."""
+    here = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted([*here.glob("*.py"), *(here / "data").glob("*.csv")]):
+        if path.name != "offers.csv":  # the bundled offers are not part of a user file's parse
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -75,21 +100,23 @@ def identity(path: Path, gpus: Mapping[str, GpuSpec]) -> Identity | None:
     except OSError:
         return None
     gpu_table = json.dumps([g.model_dump(mode="json") for _, g in sorted(gpus.items())], sort_keys=True)
-    key = hashlib.sha256(json.dumps([FORMAT, __version__, digest.hexdigest(), gpu_table]).encode()).hexdigest()
+    parts = [FORMAT, __version__, _reader_digest(), digest.hexdigest(), gpu_table]
+    key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
     return Identity(hashlib.sha256(str(real).encode()).hexdigest()[:24], key, stat)
 
 
-def _entry(name: str) -> Path:
-    return cache_dir() / f"offers-{name}.npz"
+def _entry(folder: Path, name: str) -> Path:
+    return folder / f"offers-{name}.npz"
 
 
 def read_cached(ident: Identity | None) -> OfferTable | None:
     """The table cached for a file of identity `ident`, or None."""
-    if ident is None:
+    folder = cache_dir()
+    if ident is None or folder is None:
         return None
     try:
         # Opened here, not by np.load, which leaves a damaged file open.
-        with open(_entry(ident.name), "rb") as f, np.load(f, allow_pickle=False) as npz:
+        with open(_entry(folder, ident.name), "rb") as f, np.load(f, allow_pickle=False) as npz:
             if str(npz["key"]) != ident.key:
                 return None
             return _table(dict(npz.items()))
@@ -99,23 +126,33 @@ def read_cached(ident: Identity | None) -> OfferTable | None:
 
 def write_cached(path: Path, table: OfferTable, ident: Identity) -> None:
     """Cache `table`, read from `path` whose identity was `ident` when the read began; nothing
-    when the file changed meanwhile (its stat differs) or the folder cannot be written."""
-    try:
+    when the file changed meanwhile (its stat differs) or the folder cannot be written. (A rewrite
+    at the same size within one tick of the file clock, during the parse, goes unseen.) Then only
+    the KEEP_ENTRIES most recent entries are kept."""
+    folder = cache_dir()
+    if folder is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
         if _stat(path.resolve()) != ident.stat:
             return
-    except OSError:
-        return
-    arrays = _arrays(table) | {"key": np.array(ident.key)}
-    folder = cache_dir()
-    with contextlib.suppress(OSError):
+        arrays = _arrays(table) | {"key": np.array(ident.key)}
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".offers-{ident.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
                 np.savez(f, **arrays)  # type: ignore[arg-type]
-            os.replace(tmp, _entry(ident.name))
+            os.replace(tmp, _entry(folder, ident.name))
         finally:
             Path(tmp).unlink(missing_ok=True)
+        _prune(folder)
+
+
+def _prune(folder: Path) -> None:
+    """Remove all but the KEEP_ENTRIES most recently written entries (one per offers file)."""
+    entries = sorted(folder.glob("offers-*.npz"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for old in entries[KEEP_ENTRIES:]:
+        with contextlib.suppress(OSError):
+            old.unlink()
 
 
 def _arrays(table: OfferTable) -> dict[str, NDArray[Any]]:
