@@ -569,3 +569,22 @@ def test_exports_run_the_optimizer_step_the_plan_priced(stack: str, step: str) -
     assert check_training_args(cfgs["transformers"])["optim"] == name
     assert cfgs["axolotl"]["optimizer"] == name
     check_axolotl(cfgs["axolotl"])
+
+
+def test_an_export_says_when_its_trainer_dequantizes_otherwise_than_the_plan_priced() -> None:
+    # The hf stack prices QLoRA with bitsandbytes; torchtune expands torchao's NF4 eagerly (14 B per
+    # element of workspace, not 2), so its config says so; a torchtune plan exported to transformers
+    # says the reverse; a GPTQ checkpoint cannot go to torchtune at all.
+    hf = JobSpec(model="qwen2.5-7b", train_tokens=20_000_000, seq_len=2048, methods=("qlora",), max_gpus=1)
+    p = ftsolve.plan(hf, CATALOG, top=1).plans[0]
+    assert p.weight_precision == "nf4"
+    assert "torchtune runs torchao" in render_export("torchtune", p, hf, CATALOG)
+    assert "dequantization;" not in render_export("axolotl", p, hf, CATALOG)
+    tt = hf.model_copy(update={"stack": "torchtune"})
+    q = ftsolve.plan(tt, CATALOG, top=1).plans[0]
+    assert "dequantization;" not in render_export("torchtune", q, tt, CATALOG)
+    assert "transformers runs bitsandbytes" in render_export("transformers", q, tt, CATALOG)
+    gptq = hf.model_copy(update={"quant_kernel": "gptq"})
+    g = ftsolve.plan(gptq, CATALOG, top=1).plans[0]
+    with pytest.raises(InvalidJobSpec, match="GPTQ checkpoint"):
+        export_plan("torchtune", g, gptq, CATALOG)

@@ -83,7 +83,21 @@ def stack_notes(r: TrainingRecipe, target: str) -> list[str]:
         notes.append("torchtune's recipes do not stop early: they validate every run_val_every_n_steps steps")
     if torchtune and r.plan.method == "full" and r.job.optimizer != "adamw-bf16":
         notes.append("torchtune keeps full fine-tuning weights and AdamW states in bf16")
+    kernel = _target_dequant_kernel(target, o.compile)
+    if r.plan.weight_precision == "nf4" and o.dequant_kernel != kernel:
+        notes.append(
+            f"the plan priced the 4-bit base with {o.dequant_kernel} dequantization; {target} runs {kernel} "
+            "(workspace and traffic differ, docs/stacks.md §8)"
+        )
     return notes
+
+
+def _target_dequant_kernel(target: str, compiled: bool) -> str:
+    """The kernel a target's QLoRA expands its 4-bit base with (MemoryOptions.dequant_kernel's keys):
+    torchtune quantizes to torchao's NF4, fused under torch.compile; the others load bitsandbytes."""
+    if target == "torchtune":
+        return "torchao-compiled" if compiled else "torchao"
+    return "bitsandbytes"
 
 
 def deepspeed_config(r: TrainingRecipe) -> dict[str, Any]:
@@ -327,6 +341,8 @@ def _torchtune_model(r: TrainingRecipe) -> tuple[str, str, str, str]:
         problem = f"torchtune's recipes refuse fp16, and the {r.gpu.name} has no bf16"
     elif r.plan.weight_precision == "int8":
         problem = "torchtune has no LoRA on an int8 base"
+    elif r.plan.weight_precision == "nf4" and r.options.quant_kernel == "gptq":
+        problem = "torchtune quantizes the base itself (torchao NF4) and cannot load a GPTQ checkpoint"
     if problem is not None or found is None:
         raise InvalidJobSpec(
             f"plan {r.plan.rank} cannot be exported as a torchtune config: {problem}. "
