@@ -304,3 +304,23 @@ def test_the_quant_kernel_reaches_the_cli_and_the_probe_says_it_runs_bitsandbyte
 
     script = build_probe(plan, job, catalog).files[SCRIPT_NAME]
     assert "bitsandbytes' NF4 dequantization, where the job has torchao" in script
+    # A 16-bit plan of the same job dequantizes nothing: no such note.
+    both = job.model_copy(update={"methods": ("lora", "qlora")})
+    lora = next(p for p in ftsolve.plan(both, catalog, top=20).plans if p.weight_precision in ("bf16", "fp16"))
+    assert "NF4 dequantization" not in build_probe(lora, both, catalog).files[SCRIPT_NAME]
+
+
+def test_torchtune_is_never_planned_or_estimated_on_an_int8_base() -> None:
+    # torchtune quantizes bases to torchao's NF4 only (no LLM.int8): an int8 LoRA is refused with the
+    # reason, and a torchtune plan never uses one, where the hf stack may.
+    torchtune = MemoryOptions.for_stack("torchtune")
+    with pytest.raises(ftsolve.InvalidJobSpec, match="torchao's NF4 kernel"):
+        estimate_memory(L8, method="lora", weight_precision="int8", options=torchtune)
+    assert estimate_memory(L8, method="lora", weight_precision="int8", options=MemoryOptions()).peak_gib > 0
+    from ftsolve.solver._grid import build_candidates
+    from ftsolve.solver._memory import Q8
+
+    job = ftsolve.JobSpec(model=L8, train_tokens=20_000_000, seq_len=2048, methods=("lora",))
+    for stack, offered in (("hf", True), ("torchtune", False)):
+        table = build_candidates(job.model_copy(update={"stack": stack}), load_catalog(user=False))
+        assert len(table) > 0 and bool((table.quant == Q8).any()) is offered, stack

@@ -108,15 +108,16 @@ def hf_config(arch: ModelArch, seq_len: int) -> dict[str, Any]:
     return out
 
 
-def _probe_recipe(job: JobSpec) -> tuple[dict[str, Any], list[str]]:
-    """The recipe the probe runs (JobSpec's recipe fields), and what it does differently from the job."""
+def _probe_recipe(job: JobSpec, weight_precision: str) -> tuple[dict[str, Any], list[str]]:
+    """The recipe the probe runs (JobSpec's recipe fields) for a plan of `weight_precision`, and what
+    it does differently from the job."""
     opts = job.memory_options()
     if opts.quant_kernel == "gptq":
         raise InvalidJobSpec("the probe quantizes with bitsandbytes; it cannot run a GPTQ base (--quant-kernel gptq)")
     notes = []
     differs = {
         "quant_kernel": (
-            opts.quant_kernel if "qlora" in job.methods else "bitsandbytes",
+            opts.quant_kernel if weight_precision == "nf4" else "bitsandbytes",
             "bitsandbytes",
             "bitsandbytes' NF4 dequantization",
         ),
@@ -129,7 +130,7 @@ def _probe_recipe(job: JobSpec) -> tuple[dict[str, Any], list[str]]:
         "variable_length": (opts.variable_length, False, "full-length batches of random tokens"),
         "quantized_head": (opts.head_is_quantized(), False, "a 16-bit lm_head"),
         "kbit_upcast": (
-            opts.kbit_upcast and "qlora" in job.methods,
+            opts.kbit_upcast and weight_precision in ("nf4", "int8"),
             False,
             "no prepare_model_for_kbit_training (16-bit embeddings and norms)",
         ),
@@ -216,7 +217,7 @@ def build_probe(plan: Plan, job: JobSpec, catalog: Catalog, *, steps: int = 5, w
     if not 1 <= steps <= 1000 or not 0 <= warmup <= 1000:
         raise InvalidJobSpec("invalid --steps/--warmup: steps 1-1000, warm-up 0-1000")
     arch = resolve_arch(job.model, catalog)[0]
-    recipe, notes = _probe_recipe(job)
+    recipe, notes = _probe_recipe(job, plan.weight_precision)
     if plan.method == "full" and recipe["optimizer"] in MASTER_COPY_OPTIMIZERS and recipe["optimizer_step"] != "fused":
         recipe["optimizer_step"] = "fused"
         notes.append("steps the fp32 master copy one parameter at a time, where the job has a foreach step")

@@ -51,6 +51,7 @@ class Setup:
     shard: I
     n_gpus: I
     runtime: str  # the stack's runtime family (MemoryOptions.framework)
+    quant_kernel: str = "bitsandbytes"  # MemoryOptions.quant_kernel
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,12 @@ SETUP_RULES: tuple[Rule[Setup], ...] = (
         "full_precision",
         "invalid weight_precision: full fine-tuning trains 16-bit weights",
         lambda s: (s.method != FULL) | (s.quant == Q16),
+    ),
+    # torchtune quantizes bases to torchao's NF4 only; an int8 base needs bitsandbytes or GPTQ.
+    Rule(
+        "int8_kernel",
+        "invalid weight_precision: torchao's NF4 kernel (torchtune) has no int8 base; use nf4 or another stack",
+        lambda s: (s.quant != Q8) | (s.quant_kernel != "torchao"),
     ),
 )
 # What a GPU must support for a setup to run on it at all (a memory estimate asks only these).

@@ -217,6 +217,7 @@ def _one_row(
         shard=_a(SHARD_NAMES.index(sharding)),
         n_gpus=_a(n_gpus),
         runtime=opts.framework,
+        quant_kernel=opts.quant_kernel,
     )
     refuse_broken(SETUP_RULES, setup)
     arch, band, where = resolve_arch(model, catalog)

@@ -367,7 +367,7 @@ MICRO_BATCH_SPEED_TOLERANCE = 0.03
 def pair_physics(job: JobSpec, opts: MemoryOptions, sizes: ModelSizes, hw: Hardware) -> Physics:
     cm, cq, cs, _ = CONFIGS.T
     wanted = np.isin(cm, [METHODS.index(m) for m in job.methods])[None, :]
-    setup = Setup(cm[None, :], cq[None, :], cs[None, :], hw.n_gpus[:, None], opts.framework)
+    setup = Setup(cm[None, :], cq[None, :], cs[None, :], hw.n_gpus[:, None], opts.framework, opts.quant_kernel)
     hi, ti = np.nonzero(wanted & holds_all(SETUP_RULES, setup))
     index = np.full((len(hw), len(CONFIGS)), -1, dtype=np.int64)
     index[hi, ti] = np.arange(hi.shape[0])

@@ -23,6 +23,7 @@ Loss computation (`loss`), bytes held per logit value (s·V per sequence) at the
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from typing import Literal
 
@@ -45,7 +46,7 @@ Runtime = Literal["hf", "deepspeed", "litgpt"]
 
 # Kernels that expand an int8/4-bit base to bf16 (MemoryOptions.quant_kernel).
 QuantKernel = Literal["bitsandbytes", "gptq", "torchao"]
-QUANT_KERNELS: tuple[str, ...] = ("bitsandbytes", "gptq", "torchao")
+QUANT_KERNELS: tuple[str, ...] = typing.get_args(QuantKernel)
 
 LOSS_BYTES_PER_LOGIT: dict[str, float] = {"fp32-upcast": 12.0, "bf16": 6.0, "chunked": 6.5, "fused": 2.0}
 
