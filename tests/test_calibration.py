@@ -379,3 +379,7 @@ def test_a_gpu_with_the_calibrated_gpus_figures_states_the_measured_band(home: P
     assert twin.time.tokens_per_s == pytest.approx(plain.time.tokens_per_s * 0.8, rel=2e-3)
     assert twin.time.tokens_per_s_band == MEASURED_BAND.value
     assert any(a.startswith("tokens/s from your measurements of 2026-12-01 on a100-sxm-40gb") for a in twin.assumptions)
+    # `estimate time` on the twin card applies the same correction and states the same band.
+    code, text = run("estimate", "time", "--model", "llama-3.1-8b", "--gpu", "a100-pcie-40gb", "--json")
+    assert code == 0, text
+    assert json.loads(text)["error_band"] == MEASURED_BAND.value

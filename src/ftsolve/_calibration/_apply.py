@@ -130,34 +130,35 @@ def _calibrated_specs(cal: Calibration) -> list[tuple[str, GpuSpec]]:
     return [(name, gpus[name]) for name in sorted({c.gpu for c in cal.corrections}) if name in gpus]
 
 
+def _same_figures(spec: GpuSpec, peak_tflops: F, bandwidth: F, usable_bytes: F) -> NDArray[np.bool_]:
+    """Where hardware has the GPU type's figures (peak, bandwidth, usable memory): one type's
+    calibration applies to every GPU that has them, whatever the offer calls it."""
+    out: NDArray[np.bool_] = (
+        (peak_tflops == (spec.tensor_tflops or 1.0))
+        & (bandwidth == (spec.memory_bandwidth_gb_per_s or 1.0))
+        & np.isclose(usable_bytes, usable_gib(spec) * k.GIB)
+    )
+    return out
+
+
 def _setup_gpus(cal: Calibration, hw: Hardware) -> NDArray[np.object_]:
-    """Per hardware setup, the calibrated GPU type it is ('' for none): the first with its figures
-    (peak, bandwidth, usable memory), whatever the offer calls the GPU."""
+    """Per hardware setup, the calibrated GPU type it is ('' for none): the first with its figures."""
     names: NDArray[np.object_] = np.full(len(hw), "", dtype=object)
     for name, spec in _calibrated_specs(cal):
-        same = (
-            (hw.peak_tflops == (spec.tensor_tflops or 1.0))
-            & (hw.memory_bandwidth_gb_per_s == (spec.memory_bandwidth_gb_per_s or 1.0))
-            & np.isclose(hw.usable_bytes, usable_gib(spec) * k.GIB)
-        )
+        same = _same_figures(spec, hw.peak_tflops, hw.memory_bandwidth_gb_per_s, hw.usable_bytes)
         names[same & (names == "")] = name
     return names
 
 
-def _calibrated_as(cal: Calibration, gpu: str) -> str:
-    """The calibrated GPU type a plan on `gpu` takes its corrections from, as the planner matches
-    it (_setup_gpus): the first with the same figures; '' for none."""
-    spec = load_gpus().get(gpu)
+def _calibrated_as(cal: Calibration, gpu: str, spec: GpuSpec | None = None) -> str:
+    """The calibrated GPU type an estimate or plan on `gpu` (of figures `spec`, else the bundled
+    table's) takes its corrections from, as the planner matches it (_setup_gpus); '' for none."""
+    spec = spec if spec is not None else load_gpus().get(gpu)
     if spec is None:
         return ""
-    for name, other in _calibrated_specs(cal):
-        if (
-            (spec.tensor_tflops or 1.0) == (other.tensor_tflops or 1.0)
-            and (spec.memory_bandwidth_gb_per_s or 1.0) == (other.memory_bandwidth_gb_per_s or 1.0)
-            and math.isclose(usable_gib(spec), usable_gib(other), rel_tol=1e-9)
-        ):
-            return name
-    return ""
+    figures = (np.array(spec.tensor_tflops or 1.0), np.array(spec.memory_bandwidth_gb_per_s or 1.0))
+    usable = np.array(usable_gib(spec) * k.GIB)
+    return next((name for name, other in _calibrated_specs(cal) if _same_figures(other, *figures, usable)), "")
 
 
 def pair_corrections(job: JobSpec, opts: MemoryOptions, hw: Hardware, hi: I, cfg: I) -> PairCorrections:
@@ -197,19 +198,23 @@ def _origin(c: Correction, quantity: Quantity) -> str:
     return f"your {_WHAT[r.measurement.kind]} of {r.measurement.date.isoformat()} on {c.gpu}"
 
 
-def tokens_per_s_band(job: JobSpec, gpu: str, method: str, cal: Calibration | None = None) -> float:
+def tokens_per_s_band(
+    job: JobSpec, gpu: str, method: str, cal: Calibration | None = None, spec: GpuSpec | None = None
+) -> float:
     """The band of a plan's tokens/s: its calibration's where one applies to this GPU (matched as
     the planner matches it), stack and method, else the model's validated band (k.time_band)."""
     if job.calibration:
         cal = cal if cal is not None else load_calibration()
     speed = None
     if job.calibration and cal is not None and cal.corrections:
-        speed = applied(cal, _calibrated_as(cal, gpu), job.memory_options().stack, method, "throughput")
+        speed = applied(cal, _calibrated_as(cal, gpu, spec), job.memory_options().stack, method, "throughput")
     return speed.band if speed is not None else k.time_band(method, gpu)
 
 
-def calibration_assumptions(job: JobSpec, gpu: str, method: str, cal: Calibration | None = None) -> list[str]:
-    """The assumption lines of a plan on `gpu` with `method` that used a calibration."""
+def calibration_assumptions(
+    job: JobSpec, gpu: str, method: str, cal: Calibration | None = None, spec: GpuSpec | None = None
+) -> list[str]:
+    """The assumption lines of a plan on `gpu` (of figures `spec`) with `method` that used a calibration."""
     if not job.calibration:
         return []
     cal = cal if cal is not None else load_calibration()
@@ -217,7 +222,7 @@ def calibration_assumptions(job: JobSpec, gpu: str, method: str, cal: Calibratio
         return []
     stack = job.memory_options().stack
     out = []
-    as_gpu = _calibrated_as(cal, gpu)
+    as_gpu = _calibrated_as(cal, gpu, spec)
     speed = applied(cal, as_gpu, stack, method, "throughput")
     if speed is not None and speed.measured:
         out.append(
@@ -246,7 +251,7 @@ def correct_time_estimate(est: TimeEstimate, stack: str, cal: Calibration | None
     """A time estimate with the user's throughput correction for its GPU, stack and method applied
     (the estimate as it is where there is none)."""
     cal = cal if cal is not None else load_calibration()
-    speed = applied(cal, est.gpu, stack, est.method, "throughput")
+    speed = applied(cal, _calibrated_as(cal, est.gpu), stack, est.method, "throughput") if cal.corrections else None
     if speed is None:
         return est
     f = speed.value

@@ -137,10 +137,11 @@ def _memory_breakdown(t: CandidateTable, i: int) -> MemoryBreakdown:
 
 def _time_breakdown(job: JobSpec, t: CandidateTable, i: int, cal: Calibration | None) -> TimeBreakdown:
     spot = MARKETS[int(t.market[i])] != "on-demand"
+    gpu = t.offers[int(t.offer_idx[i])].gpu
     return TimeBreakdown(
         tokens_per_s=round(float(t.tokens_per_s[i]), 1),
         tokens_per_s_band=round(
-            tokens_per_s_band(job, t.offers[int(t.offer_idx[i])].gpu, METHOD_NAMES[int(t.method[i])], cal), 3
+            tokens_per_s_band(job, gpu, METHOD_NAMES[int(t.method[i])], cal, t.gpu_specs[gpu]), 3
         ),
         step_s=round(float(t.step_s[i]), 4),
         training_hours=round(float(t.train_hours[i]), 4),
@@ -270,7 +271,7 @@ def _assumptions(
         )
     if job.trial_runs or job.failure_probability:
         out.append("trial runs and failed attempts are priced as scaled copies of the final run on the same plan")
-    out.extend(calibration_assumptions(job, offer.gpu, METHOD_NAMES[int(t.method[i])], cal))
+    out.extend(calibration_assumptions(job, offer.gpu, METHOD_NAMES[int(t.method[i])], cal, t.gpu_specs[offer.gpu]))
     return tuple(out)
 
 
