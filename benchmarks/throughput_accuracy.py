@@ -209,7 +209,8 @@ class Coefficients:
 
     @classmethod
     def physical(cls) -> Coefficients:
-        """Values before any data informs them (used for what a fold's sources cannot inform):
+        """Values before any data informs them (used for what a fold's sources cannot inform, except
+        an architecture's utilization, which `fit` derives from the other's as the library does):
         physics.md §8 utilization 0.50 on Ampere and 0.42 on Hopper (mid of the published MFU
         ranges), about 20 kernel launches of 10 µs per layer and pass, no ZeRO hook latency.
         Dequantization is not fitted: its traffic is derived per kernel (DEQUANT_BYTES_PER_PARAM)."""
