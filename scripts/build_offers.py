@@ -313,94 +313,48 @@ SKYPILOT_AZURE_MISSING = {
 }
 
 
+def _regions(names: str) -> frozenset[str]:
+    """Region names separated by spaces."""
+    return frozenset(names.split())
+
+
 # The bundled GCP rows come from Cyclenerd's price list (extra_gpu_prices.csv), which names every region
 # with a SKU price; SkyPilot launches a GCP instance type only in the regions its GCP catalog lists it in.
 # Held against github:skypilot-org/skypilot-catalog catalogs/v8/gcp/vms.csv @006059e0f18acb1341e22a27751e9f80df6ba92f
 # (the VM rows and the accelerator rows agree; @8427bbff988abdd050a9f51addd314ef31cb4e85 has the same a2 regions and
 # no g4 rows either), read 2026-12-02. a3-highgpu-4g/8g: only the regions that read confirmed.
-_GCP_A2_HIGHGPU = frozenset(
-    {
-        "asia-northeast1",
-        "asia-northeast3",
-        "asia-southeast1",
-        "europe-west4",
-        "me-west1",
-        "us-central1",
-        "us-east1",
-        "us-west1",
-        "us-west3",
-        "us-west4",
-    }
+_GCP_A2_HIGHGPU = _regions(
+    "asia-northeast1 asia-northeast3 asia-southeast1 europe-west4 me-west1 "
+    "us-central1 us-east1 us-west1 us-west3 us-west4"
 )
-_GCP_G2 = frozenset(
-    {
-        "asia-east1",
-        "asia-northeast1",
-        "asia-northeast3",
-        "asia-south1",
-        "asia-southeast1",
-        "europe-west1",
-        "europe-west2",
-        "europe-west3",
-        "europe-west4",
-        "europe-west6",
-        "me-central2",
-        "northamerica-northeast1",
-        "northamerica-northeast2",
-        "us-central1",
-        "us-east1",
-        "us-east4",
-        "us-west1",
-        "us-west4",
-    }
+_GCP_G2 = _regions(
+    "asia-east1 asia-northeast1 asia-northeast3 asia-south1 asia-southeast1 "
+    "europe-west1 europe-west2 europe-west3 europe-west4 europe-west6 "
+    "me-central2 northamerica-northeast1 northamerica-northeast2 us-central1 us-east1 "
+    "us-east4 us-west1 us-west4"
 )
-_GCP_A3_SMALL = frozenset(
-    {
-        "asia-east1",
-        "asia-northeast1",
-        "asia-south1",
-        "asia-south2",
-        "asia-southeast1",
-        "australia-southeast1",
-        "europe-north1",
-        "europe-west1",
-        "europe-west3",
-        "europe-west4",
-        "europe-west8",
-        "europe-west9",
-        "us-central1",
-        "us-east4",
-        "us-east5",
-        "us-west1",
-        "us-west4",
-    }
+_GCP_A3_SMALL = _regions(
+    "asia-east1 asia-northeast1 asia-south1 asia-south2 asia-southeast1 "
+    "australia-southeast1 europe-north1 europe-west1 europe-west3 europe-west4 "
+    "europe-west8 europe-west9 us-central1 us-east4 us-east5 "
+    "us-west1 us-west4"
+)
+_GCP_A3_LARGE = _regions("europe-west1 europe-west4 us-central1 us-east4 us-east5")
+_GCP_A3_MEGA = _regions(
+    "asia-east1 asia-northeast1 asia-southeast1 australia-southeast1 europe-north1 "
+    "europe-west1 europe-west3 europe-west4 us-central1 us-east4 "
+    "us-east5 us-west1 us-west4"
 )
 # Instance-type prefix -> the regions SkyPilot's GCP catalog has it in (empty: not in the catalog at all).
 SKYPILOT_GCP_TYPES: dict[str, frozenset[str]] = {
     "a2-highgpu-": _GCP_A2_HIGHGPU,
-    "a2-megagpu-": frozenset({"asia-southeast1", "europe-west4", "us-central1"}),
-    "a2-ultragpu-": frozenset({"asia-southeast1", "europe-west4", "us-central1", "us-east4", "us-east5"}),
+    "a2-megagpu-": _regions("asia-southeast1 europe-west4 us-central1"),
+    "a2-ultragpu-": _regions("asia-southeast1 europe-west4 us-central1 us-east4 us-east5"),
     "a3-highgpu-1g": _GCP_A3_SMALL,
     "a3-highgpu-2g": _GCP_A3_SMALL,
-    "a3-highgpu-4g": frozenset({"europe-west1", "europe-west4", "us-central1", "us-east4", "us-east5"}),
-    "a3-highgpu-8g": frozenset({"europe-west1", "europe-west4", "us-central1", "us-east4", "us-east5"}),
-    "a3-megagpu-": frozenset(
-        {
-            "asia-east1",
-            "asia-northeast1",
-            "asia-southeast1",
-            "australia-southeast1",
-            "europe-north1",
-            "europe-west1",
-            "europe-west3",
-            "europe-west4",
-            "us-central1",
-            "us-east4",
-            "us-east5",
-            "us-west1",
-            "us-west4",
-        }
-    ),
+    "a3-highgpu-4g": _GCP_A3_LARGE,
+    "a3-highgpu-8g": _GCP_A3_LARGE,
+    "a3-megagpu-": _GCP_A3_MEGA,
     "g2-standard-": _GCP_G2,
     "g4-standard-": frozenset(),  # RTX PRO 6000: SkyPilot 0.14.1 maps RTXPRO6000 to g4, its catalog has no rows
 }
