@@ -712,7 +712,7 @@ JOB_FIELDS: dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]] = {
     "variable_length": ((False, True), ()),
     "offload_optimizer": ((False, True), ()),
     "offload_params": ((False, True), ()),
-    "quant_kernel": (("bitsandbytes", "gptq"), ()),
+    "quant_kernel": ((None, "bitsandbytes", "gptq", "torchao"), ("awq",)),
     "double_quant": ((True, False), ()),
     "quantized_head": ((None, True, False), ()),
     "deadline_hours": ((None, 1.0, 24.0, 200.0), (1e-300, 1e-9, 1e308, INF, NAN, 0, -1, BIG)),
