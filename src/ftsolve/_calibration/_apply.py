@@ -203,11 +203,11 @@ def tokens_per_s_band(
 ) -> float:
     """The band of a plan's tokens/s: its calibration's where one applies to this GPU (matched as
     the planner matches it), stack and method, else the model's validated band (k.time_band)."""
-    if job.calibration:
-        cal = cal if cal is not None else load_calibration()
-    speed = None
-    if job.calibration and cal is not None and cal.corrections:
-        speed = applied(cal, _calibrated_as(cal, gpu, spec), job.memory_options().stack, method, "throughput")
+    if not job.calibration:
+        return k.time_band(method, gpu)
+    cal = cal if cal is not None else load_calibration()
+    stack = job.memory_options().stack
+    speed = applied(cal, _calibrated_as(cal, gpu, spec), stack, method, "throughput") if cal.corrections else None
     return speed.band if speed is not None else k.time_band(method, gpu)
 
 

@@ -3,6 +3,7 @@ TrainingArguments, and the DeepSpeed config the first and last of them point to.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ftsolve._errors import InvalidJobSpec
@@ -83,21 +84,14 @@ def stack_notes(r: TrainingRecipe, target: str) -> list[str]:
         notes.append("torchtune's recipes do not stop early: they validate every run_val_every_n_steps steps")
     if torchtune and r.plan.method == "full" and r.job.optimizer != "adamw-bf16":
         notes.append("torchtune keeps full fine-tuning weights and AdamW states in bf16")
-    kernel = _target_dequant_kernel(target, o.compile)
+    # torchtune quantizes to torchao's NF4 (fused under compile); the others load bitsandbytes.
+    kernel = dataclasses.replace(o, quant_kernel="torchao" if torchtune else "bitsandbytes").dequant_kernel
     if r.plan.weight_precision == "nf4" and o.dequant_kernel != kernel:
         notes.append(
             f"the plan priced the 4-bit base with {o.dequant_kernel} dequantization; {target} runs {kernel} "
             "(workspace and traffic differ, docs/stacks.md §8)"
         )
     return notes
-
-
-def _target_dequant_kernel(target: str, compiled: bool) -> str:
-    """The kernel a target's QLoRA expands its 4-bit base with (MemoryOptions.dequant_kernel's keys):
-    torchtune quantizes to torchao's NF4, fused under torch.compile; the others load bitsandbytes."""
-    if target == "torchtune":
-        return "torchao-compiled" if compiled else "torchao"
-    return "bitsandbytes"
 
 
 def deepspeed_config(r: TrainingRecipe) -> dict[str, Any]:

@@ -51,7 +51,7 @@ class Setup:
     shard: I
     n_gpus: I
     runtime: str  # the stack's runtime family (MemoryOptions.framework)
-    quant_kernel: str = "bitsandbytes"  # MemoryOptions.quant_kernel
+    quant_kernel: str  # MemoryOptions.quant_kernel
 
 
 @dataclass(frozen=True)
