@@ -434,6 +434,30 @@ def test_a_large_file_is_read_back_from_its_cache_as_it_was_parsed(tmp_path: Pat
     assert {o.country for o in cached} == {None, "US"} and all(o.launchable is True for o in cached)
 
 
+@pytest.mark.parametrize("odd", [False, True])
+def test_a_first_load_hashes_the_bytes_as_the_fast_reader_reads_them(
+    tmp_path: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch, odd: bool
+) -> None:
+    # No entry for the file yet: it is read once, not hashed first and then parsed; the key made
+    # from the bytes the reader read is the key a later load computes from the file.
+    monkeypatch.setattr(_load, "FAST_MIN_BYTES", 0)
+    path = tmp_path / "offers.csv"
+    _many_offers(path)
+    if odd:  # a comment line: the fast reader declines, the csv reader reads the file
+        path.write_text(path.read_text().replace("\n", "\n# a comment\n", 1))
+    with mock.patch.object(_load, "identity", wraps=_load.identity) as ident:
+        parsed = user_offer_table(path, GPUS)
+    args, kwargs = ident.call_args
+    content = args[2] if len(args) > 2 else kwargs.get("content")
+    assert ident.call_count == 1 and (content is None if odd else len(content) == 64)
+    with (
+        mock.patch.object(_load, "fast_offer_table", side_effect=AssertionError("parsed again")),
+        mock.patch.object(_load, "_csv_offer_table", side_effect=AssertionError("parsed again")),
+    ):
+        cached = user_offer_table(path, GPUS)
+    assert outcome(cached) == outcome(parsed) == outcome(csv_read(path))
+
+
 def test_a_rewritten_file_is_parsed_again_even_at_the_same_size_and_time(tmp_path: Path, cache_home: Path) -> None:
     path = tmp_path / "offers.csv"
     _many_offers(path, price="3.50")

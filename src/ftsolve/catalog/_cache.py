@@ -79,30 +79,50 @@ class Identity:
     stat: tuple[int, int, int]
 
 
-def _stat(path: Path) -> tuple[int, int, int]:
-    st = path.stat()
+def file_stat(path: Path) -> tuple[int, int, int]:
+    """The file's size, modification time and inode (OSError where it cannot be read)."""
+    st = path.resolve().stat()
     return st.st_size, st.st_mtime_ns, st.st_ino
 
 
-def identity(path: Path, gpus: Mapping[str, GpuSpec]) -> Identity | None:
+def identity(
+    path: Path, gpus: Mapping[str, GpuSpec], content: str | None = None, stat: tuple[int, int, int] | None = None
+) -> Identity | None:
     """The file's cache identity; None where it cannot be read. The key hashes every byte (about
     0.3 s for a million offers): a file rewritten within one tick of the clock, at the same size,
-    must not read as the old one."""
+    must not read as the old one. `content`: the SHA-256 of the bytes a reader read (else the file
+    is read here); `stat`: the file's stat before that read."""
     from ftsolve import __version__
 
     try:
         real = path.resolve()
-        stat = _stat(real)
-        digest = hashlib.sha256()
-        with open(real, "rb") as f:
-            while block := f.read(1 << 22):
-                digest.update(block)
+        stat = stat or file_stat(real)
+        if content is None:
+            digest = hashlib.sha256()
+            with open(real, "rb") as f:
+                while block := f.read(1 << 22):
+                    digest.update(block)
+            content = digest.hexdigest()
     except OSError:
         return None
     gpu_table = json.dumps([g.model_dump(mode="json") for _, g in sorted(gpus.items())], sort_keys=True)
-    parts = [FORMAT, __version__, _reader_digest(), digest.hexdigest(), gpu_table]
+    parts = [FORMAT, __version__, _reader_digest(), content, gpu_table]
     key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
-    return Identity(hashlib.sha256(str(real).encode()).hexdigest()[:24], key, stat)
+    return Identity(_name(real), key, stat)
+
+
+def _name(real: Path) -> str:
+    return hashlib.sha256(str(real).encode()).hexdigest()[:24]
+
+
+def has_entry(path: Path) -> bool:
+    """Whether the cache holds an entry for this file path (of whatever bytes): where it does not,
+    a reader need not hash the file before parsing it."""
+    folder = cache_dir()
+    try:
+        return folder is not None and _entry(folder, _name(path.resolve())).is_file()
+    except OSError:
+        return False
 
 
 def _entry(folder: Path, name: str) -> Path:
@@ -127,13 +147,14 @@ def read_cached(ident: Identity | None) -> OfferTable | None:
 def write_cached(path: Path, table: OfferTable, ident: Identity) -> None:
     """Cache `table`, read from `path` whose identity was `ident` when the read began; nothing
     when the file changed meanwhile (its stat differs) or the folder cannot be written. (A rewrite
-    at the same size within one tick of the file clock, during the parse, goes unseen.) Then only
-    the KEEP_ENTRIES most recent entries are kept."""
+    at the same size within one tick of the file clock, during the parse, goes unseen unless the
+    key hashes the bytes the reader read, as the fast reader's does.) Then only the KEEP_ENTRIES
+    most recent entries are kept."""
     folder = cache_dir()
     if folder is None:
         return
     with contextlib.suppress(OSError, ValueError):
-        if _stat(path.resolve()) != ident.stat:
+        if file_stat(path) != ident.stat:
             return
         arrays = _arrays(table) | {"key": np.array(ident.key)}
         folder.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ import contextlib
 import csv
 import ctypes
 import datetime as dt
+import hashlib
 import importlib
 import io
 import itertools
@@ -16,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ftsolve._errors import CatalogError, UnknownCatalogEntry
 from ftsolve.catalog._arrays import OfferArrays, offer_arrays
-from ftsolve.catalog._cache import identity, read_cached, write_cached
+from ftsolve.catalog._cache import file_stat, has_entry, identity, read_cached, write_cached
 from ftsolve.catalog._columns import (
     Appended,
     ColumnBuilder,
@@ -472,18 +473,33 @@ def user_offer_table(path: Path, gpus: Mapping[str, GpuSpec]) -> OfferTable:
         try:
             size = path.stat().st_size
             if size <= OFFERS_FILE_MAX_BYTES:
-                # A large file is parsed once; later loads of the same bytes read its columns back.
-                ident = identity(path, gpus) if size >= CACHE_MIN_BYTES else None
-                table = read_cached(ident)
-                if table is None:
-                    fast = fast_offer_table(path, gpus) if size >= FAST_MIN_BYTES else None
-                    table = fast or _csv_offer_table(path, gpus)
-                    if ident is not None:
-                        write_cached(path, table, ident)
-                return table
+                if size >= CACHE_MIN_BYTES:
+                    return _large_offer_table(path, gpus, fast=size >= FAST_MIN_BYTES)
+                return (size >= FAST_MIN_BYTES and fast_offer_table(path, gpus)) or _csv_offer_table(path, gpus)
         except (OSError, UnicodeDecodeError, MemoryError):
             pass  # read_user_offers states the problem, as it would for any file
     return OfferTable.of(read_user_offers(path, gpus).offers)
+
+
+def _large_offer_table(path: Path, gpus: Mapping[str, GpuSpec], fast: bool) -> OfferTable:
+    """A large file is parsed once; later loads of the same bytes read its columns back. Where the
+    cache has no entry for the file, it is not hashed first: the fast reader hashes the bytes as it
+    reads them (on its second thread), and the entry's key names exactly the bytes parsed."""
+    ident = identity(path, gpus) if has_entry(path) else None
+    table = read_cached(ident)
+    if table is not None:
+        return table
+    stat = file_stat(path)  # before the parse: write_cached skips a file changed meanwhile
+    content = hashlib.sha256()
+    table = fast_offer_table(path, gpus, content) if fast else None
+    if table is not None:
+        ident = identity(path, gpus, content.hexdigest(), stat)
+    else:
+        ident = ident or identity(path, gpus, stat=stat)
+        table = _csv_offer_table(path, gpus)
+    if ident is not None:
+        write_cached(path, table, ident)
+    return table
 
 
 # --- large files: pandas' C parser ------------------------------------------------------------
@@ -505,6 +521,12 @@ _PARSE_ROWS = 8_192
 _CHECK_BYTES = 1024 * 1024  # bytes _StrictBytes reads and checks at a time
 _MANY_VALUES = ("instance_type", "region", "notes", "source")  # fields that may differ in every offer
 _BOM = b"\xef\xbb\xbf"
+
+
+class Hash(Protocol):
+    """What the fast reader feeds the bytes it reads to (a hashlib object)."""
+
+    def update(self, data: bytes, /) -> None: ...
 
 
 class _Unsure(Exception):
@@ -532,12 +554,14 @@ class _StrictBytes:
     at the end. Each raises _Unsure; `unsure` keeps why (pandas replaces an exception raised in
     read).
 
-    A second thread reads and checks the blocks ahead (numpy's scans and the reads run without
-    the GIL, beside pandas' parsing); use it as a context manager, which stops that thread."""
+    A second thread reads and checks the blocks ahead (numpy's scans, the reads and the hashing run
+    without the GIL, beside pandas' parsing); use it as a context manager, which stops that thread.
+    `content`, if given, is fed each block read."""
 
-    def __init__(self, f: BinaryIO, record_limit: int) -> None:
+    def __init__(self, f: BinaryIO, record_limit: int, content: Hash | None = None) -> None:
         self.f = f
         self.record_limit = record_limit
+        self.content = content
         self.block = b""  # checked, and handed out from `taken` on
         self.taken = 0
         self.quotes = 0  # read so far: an odd count is inside a quoted field
@@ -566,6 +590,8 @@ class _StrictBytes:
         while not self.stop.is_set():
             try:
                 block = self.f.read(_CHECK_BYTES)
+                if self.content is not None:
+                    self.content.update(block)
                 self._check(block)
             except _Unsure as exc:
                 self.unsure = str(exc)
@@ -674,10 +700,12 @@ def _distinct(pd: Any, col: NDArray[np.object_]) -> tuple[NDArray[np.object_], N
     return col[first], rows
 
 
-def fast_offer_table(path: Path, gpus: Mapping[str, GpuSpec]) -> OfferTable | None:
+def fast_offer_table(path: Path, gpus: Mapping[str, GpuSpec], content: Hash | None = None) -> OfferTable | None:
     """The offers of a CSV file as read_offer_table reads them, parsed by pandas' C parser; None
     where it cannot vouch for that (no pandas, a file the csv module may read otherwise, a row
-    Offer refuses, a duplicate offer): read_offer_table then reads the file and words any error."""
+    Offer refuses, a duplicate offer): read_offer_table then reads the file and words any error.
+    `content`, if given, is fed every byte of the file as it is read (it then hashes the bytes the
+    table was read from)."""
     try:
         pd = importlib.import_module("pandas")
     except ImportError:
@@ -687,7 +715,11 @@ def fast_offer_table(path: Path, gpus: Mapping[str, GpuSpec]) -> OfferTable | No
             header = _plain_header(f)
             if header is None or len(set(header)) != len(header) or not set(OFFER_COLUMNS) <= set(header):
                 return None
-            with _StrictBytes(f, csv.field_size_limit()) as source:
+            if content is not None:  # the bytes up to the data, read again
+                at = f.tell()
+                f.seek(0)
+                content.update(f.read(at))
+            with _StrictBytes(f, csv.field_size_limit(), content) as source:
                 return _fast_table(pd, source, header, gpus)
     except Exception:  # whatever went wrong, the csv path reads the file and says what
         return None
