@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import ftsolve
 from ftsolve._errors import CatalogError
-from ftsolve.catalog import _load
+from ftsolve.catalog import _cache, _load
 from ftsolve.catalog._columns import OfferTable, concat, encode_chunk, merge_layers
 from ftsolve.catalog._load import (
     _comment_after_data,
@@ -445,7 +445,7 @@ def test_a_first_load_hashes_the_bytes_as_the_fast_reader_reads_them(
     _many_offers(path)
     if odd:  # a comment line: the fast reader declines, the csv reader reads the file
         path.write_text(path.read_text().replace("\n", "\n# a comment\n", 1))
-    with mock.patch.object(_load, "identity", wraps=_load.identity) as ident:
+    with mock.patch.object(_load, "identity", wraps=_cache.identity) as ident:
         parsed = user_offer_table(path, GPUS)
     args, kwargs = ident.call_args
     content = args[2] if len(args) > 2 else kwargs.get("content")
