@@ -136,6 +136,7 @@ def test_a_bad_row_is_refused_with_the_csv_readers_message(tmp_path: Path, col: 
 
 
 SECOND = row(instance_type="i2")
+_CUT = SECOND.split("true", 1)[0] + "true", SECOND.split("true", 1)[1]
 ODD_FILES = {
     "junk after a closing quote": f"{HEADER}\n{row(source=chr(34) + 'src' + chr(34) + 'x')}\n",
     "a carriage return alone": f"{HEADER}\n{GOOD}\r{SECOND}\n",
@@ -144,6 +145,9 @@ ODD_FILES = {
     "a comment after the header": f"{HEADER}\n#{GOOD}\n{SECOND}\n",
     "a quote left open": f"{HEADER}\n{row(source=chr(34) + 'src')}\n",
     "a row with more cells": f"{HEADER}\n{GOOD}\n{SECOND},extra\n",
+    "a first row with more cells": f"{HEADER}\n{GOOD},extra\n{SECOND}\n",
+    "a first row with more cells, a blank line quoted in it": f'{HEADER}\n{GOOD[:-5]}",USD,\n\n{_CUT[0]}"{_CUT[1]}\n',
+
     "a quoted header": f'"{HEADER}"\n{GOOD}\n',
     "a duplicate offer": f"{HEADER}\n{GOOD}\n{GOOD}\n",
     "a blank first line": f"\n{HEADER}\n{GOOD}\n",

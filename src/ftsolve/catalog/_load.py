@@ -739,7 +739,9 @@ def _fast_table(pd: Any, source: _StrictBytes, header: list[str], gpus: Mapping[
     # Fields that may hold a distinct value per offer are made distinct once, at the end.
     built.vocabs |= {name: Appended(factorize) for name in _MANY_VALUES}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        # A warning is a file pandas reads its own way (it drops the cells of a row longer than the
+        # header, with index_col=False, and warns): the csv reader reads it instead.
+        warnings.simplefilter("error")
         # Every column, not `usecols`: with it, pandas drops the cells of a row longer than the header.
         chunks = pd.read_csv(
             source,
