@@ -383,3 +383,33 @@ def test_a_gpu_with_the_calibrated_gpus_figures_states_the_measured_band(home: P
     code, text = run("estimate", "time", "--model", "llama-3.1-8b", "--gpu", "a100-pcie-40gb", "--json")
     assert code == 0, text
     assert json.loads(text)["error_band"] == MEASURED_BAND.value
+
+
+def test_a_calibration_an_older_model_fitted_is_fitted_again_against_this_one(home: Path) -> None:
+    # An older ftsolve predicted the probe's configuration 25% slower and 2 GiB lower, and stored the
+    # factors that met the measurement then. Applied as stored, they would count the model's change twice.
+    assert run("calibrate", str(PROBE))[0] == 0
+    path = calibration_path()
+    now = json.loads(path.read_text())
+    record = now["corrections"][0]["records"][0]
+    old = json.loads(path.read_text())
+    aged = old["corrections"][0]["records"][0]
+    aged["predicted_tokens_per_s"] = record["predicted_tokens_per_s"] * 0.75
+    aged["throughput_factor"] = record["throughput_factor"] / 0.75
+    aged["predicted_memory_gib"] = record["predicted_memory_gib"] - 2.0
+    aged["memory_scale"] = record["memory_scale"] * 1.3
+    old["corrections"][0] |= {"throughput_factor": aged["throughput_factor"], "memory_scale": aged["memory_scale"]}
+    path.write_text(json.dumps(old))
+    (c,) = load_calibration().corrections
+    assert c.throughput_factor == pytest.approx(record["throughput_factor"], rel=1e-6)
+    assert c.memory_scale == pytest.approx(record["memory_scale"], rel=1e-6)
+    assert c.records[0].predicted_tokens_per_s == pytest.approx(record["predicted_tokens_per_s"], rel=1e-9)
+    # A file this model fitted reads back as stored, field for field.
+    path.write_text(json.dumps(now))
+    assert load_calibration().model_dump(mode="json") == now | {"schema_version": now.get("schema_version", 1)}
+    # A record the model can no longer predict (a preset this ftsolve lacks) keeps its stored factors.
+    gone = json.loads(json.dumps(old))
+    gone["corrections"][0]["records"][0]["measurement"]["config"]["model"] = "no-such-model"
+    path.write_text(json.dumps(gone))
+    (kept,) = load_calibration().corrections
+    assert kept.throughput_factor == pytest.approx(aged["throughput_factor"])

@@ -23,8 +23,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
+from pydantic import ValidationError
+
 from ftsolve._calibration._records import Measurement
 from ftsolve._calibration._store import Calibration, Correction, StoredRecord
+from ftsolve._errors import FtsolveError
 from ftsolve.catalog import Catalog, load_catalog
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import MemoryEstimate, estimate_memory, estimate_time
@@ -149,6 +152,38 @@ def correction_of(records: Sequence[StoredRecord]) -> Correction:
         date=max(r.measurement.date for r in records),
         records=tuple(sorted(records, key=lambda r: (r.measurement.date, r.id))),
     )
+
+
+def refitted(cal: Calibration) -> Calibration:
+    """The calibration with every record fitted again against this ftsolve's model. A stored
+    factor is the measurement over the prediction of the ftsolve that calibrated it; where a later
+    one predicts that configuration otherwise (a mechanism added, a constant refitted), keeping the
+    factor would count the change twice. A record the model can no longer predict (its
+    configuration is refused now) keeps its stored factors; a correction none of whose records
+    changed is kept as stored."""
+    if not cal.corrections:
+        return cal
+    catalog = load_catalog(user=False)
+    out = []
+    for c in cal.corrections:
+        records = tuple(_refit(r, catalog) for r in c.records)
+        out.append(c if records == c.records else correction_of(records))
+    return cal.model_copy(update={"corrections": tuple(out)})
+
+
+def _refit(r: StoredRecord, catalog: Catalog) -> StoredRecord:
+    try:
+        new = fit_measurement(r.measurement, catalog)
+    except (FtsolveError, ValidationError, ArithmeticError):
+        return r
+    same = all(
+        (a is None and b is None) or (a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9))
+        for a, b in (
+            (new.predicted_tokens_per_s, r.predicted_tokens_per_s),
+            (new.predicted_memory_gib, r.predicted_memory_gib),
+        )
+    )
+    return r if same and new.memory_metric == r.memory_metric else new
 
 
 def merge(cal: Calibration, fitted: Sequence[StoredRecord], *, replace: bool = False) -> Calibration:

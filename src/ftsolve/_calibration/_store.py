@@ -8,6 +8,7 @@ offers; a damaged file is refused with one line that says how to start over.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -103,9 +104,18 @@ def load_calibration(path: Path | None = None) -> Calibration:
     if isinstance(data, dict) and data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
         raise CatalogError(f"{p}: schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}; {fix}")
     try:
-        return Calibration.model_validate(data)
+        return _refitted(text)
     except ValidationError as exc:
         raise CatalogError(f"{p}: not a calibration file ({describe_validation_error(exc)}); {fix}") from None
+
+
+@functools.lru_cache(maxsize=4)
+def _refitted(text: str) -> Calibration:
+    """The calibration of this text fitted against this ftsolve's model (_fit.refitted), once per
+    process and text: a plan reads the file several times."""
+    from ftsolve._calibration._fit import refitted  # _fit builds on this module's models
+
+    return refitted(Calibration.model_validate_json(text))
 
 
 def update_calibration(change: Callable[[Calibration], Calibration], path: Path | None = None) -> Calibration:
