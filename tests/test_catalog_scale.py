@@ -438,15 +438,19 @@ def test_a_large_file_is_read_back_from_its_cache_as_it_was_parsed(tmp_path: Pat
     assert {o.country for o in cached} == {None, "US"} and all(o.launchable is True for o in cached)
 
 
-@pytest.mark.parametrize("odd", [False, True])
+@pytest.mark.parametrize(("odd", "prefix", "check_bytes"), [(False, "", None), (False, "lead", 61), (True, "", None)])
 def test_a_first_load_hashes_the_bytes_as_the_fast_reader_reads_them(
-    tmp_path: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch, odd: bool
+    tmp_path: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch, odd: bool, prefix: str, check_bytes: int | None
 ) -> None:
     # No entry for the file yet: it is read once, not hashed first and then parsed; the key made
     # from the bytes the reader read is the key a later load computes from the file.
     monkeypatch.setattr(_load, "FAST_MIN_BYTES", 0)
+    if check_bytes is not None:  # many blocks
+        monkeypatch.setattr(_load, "_CHECK_BYTES", check_bytes)
     path = tmp_path / "offers.csv"
     _many_offers(path)
+    if prefix:  # a byte-order mark and leading comment lines before the header
+        path.write_bytes(b"\xef\xbb\xbf# schema_version: 1\n# more\n" + path.read_bytes())
     if odd:  # a comment line: the fast reader declines, the csv reader reads the file
         path.write_text(path.read_text().replace("\n", "\n# a comment\n", 1))
     with mock.patch.object(_load, "identity", wraps=_cache.identity) as ident:

@@ -23,11 +23,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from pydantic import ValidationError
-
 from ftsolve._calibration._records import Measurement
 from ftsolve._calibration._store import Calibration, Correction, StoredRecord
-from ftsolve._errors import FtsolveError
 from ftsolve.catalog import Catalog, load_catalog
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import MemoryEstimate, estimate_memory, estimate_time
@@ -174,16 +171,15 @@ def refitted(cal: Calibration) -> Calibration:
 def _refit(r: StoredRecord, catalog: Catalog) -> StoredRecord:
     try:
         new = fit_measurement(r.measurement, catalog)
-    except (FtsolveError, ValidationError, ArithmeticError):
+    except Exception:  # a best effort: a record this model cannot fit stays as the older one fitted it
         return r
-    same = all(
-        (a is None and b is None) or (a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9))
-        for a, b in (
-            (new.predicted_tokens_per_s, r.predicted_tokens_per_s),
-            (new.predicted_memory_gib, r.predicted_memory_gib),
-        )
-    )
-    return r if same and new.memory_metric == r.memory_metric else new
+    numbers = ("predicted_tokens_per_s", "predicted_memory_gib", "throughput_factor", "memory_scale")
+    same = all(_close(getattr(new, name), getattr(r, name)) for name in numbers)
+    return r if same and (new.memory_metric, new.notes) == (r.memory_metric, r.notes) else new
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9))
 
 
 def merge(cal: Calibration, fitted: Sequence[StoredRecord], *, replace: bool = False) -> Calibration:

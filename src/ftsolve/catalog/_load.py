@@ -715,10 +715,13 @@ def fast_offer_table(path: Path, gpus: Mapping[str, GpuSpec], content: Hash | No
             header = _plain_header(f)
             if header is None or len(set(header)) != len(header) or not set(OFFER_COLUMNS) <= set(header):
                 return None
-            if content is not None:  # the bytes up to the data, read again
+            if content is not None:  # the bytes up to the data, read again: the header must be theirs
                 at = f.tell()
                 f.seek(0)
-                content.update(f.read(at))
+                prefix = f.read(at)
+                if _plain_header(io.BytesIO(prefix)) != header:
+                    return None
+                content.update(prefix)
             with _StrictBytes(f, csv.field_size_limit(), content) as source:
                 return _fast_table(pd, source, header, gpus)
     except Exception:  # whatever went wrong, the csv path reads the file and says what
@@ -739,9 +742,10 @@ def _fast_table(pd: Any, source: _StrictBytes, header: list[str], gpus: Mapping[
     # Fields that may hold a distinct value per offer are made distinct once, at the end.
     built.vocabs |= {name: Appended(factorize) for name in _MANY_VALUES}
     with warnings.catch_warnings():
-        # A warning is a file pandas reads its own way (it drops the cells of a row longer than the
-        # header, with index_col=False, and warns): the csv reader reads it instead.
-        warnings.simplefilter("error")
+        warnings.simplefilter("ignore")
+        # pandas drops the cells of a row longer than the header (index_col=False) and warns: such
+        # a file goes to the csv reader, which refuses the row.
+        warnings.simplefilter("error", pd.errors.ParserWarning)
         # Every column, not `usecols`: with it, pandas drops the cells of a row longer than the header.
         chunks = pd.read_csv(
             source,
