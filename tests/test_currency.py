@@ -60,7 +60,10 @@ def test_plans_shown_in_euros_cost_the_same_in_dollars() -> None:
     assert "cost EUR" in eur.output and "cost USD" not in eur.output
     rows = [line.split() for line in eur.output.splitlines() if re.match(r"^\d+\s.*×", line)]
     for row, plan in zip(rows, usd["plans"], strict=True):
-        assert float(row[-1]) == pytest.approx(plan["total_cost_usd"] / rate, abs=0.011)
+        # The euro total is the sum of the items each rounded to the cent (so that they add up), the
+        # dollar total rounded once: they may differ by half a cent per item and per total.
+        slack = 0.0051 * (len(plan["cost_items"]) + 2)
+        assert float(row[-1]) == pytest.approx(plan["total_cost_usd"] / rate, abs=slack)
     out = eur.output
     breakdown = " ".join(out[out.index("Plan 1 cost breakdown (EUR)") : out.index("Plan 1 time")].split())
     items = [float(x) for x in re.findall(r" (\d+\.\d\d)", breakdown.split("=")[0])]
