@@ -64,6 +64,14 @@ class Case:
     lora_targets: str = "all-linear"
     quant_kernel: str | None = None  # the 4-bit base's kernel where it is not bitsandbytes
     flash_attention: bool = True
+    host_speed: float = 1.0  # the host CPU's, where the source names it (k.HOST_SPEED_BY_CPU)
+
+
+def _host_speed(notes: str) -> float:
+    """The single-thread speed of the host CPU a row's notes name ("Host CPU: ..."); the reference
+    host's (1.0) where they name none."""
+    named = [cpu for cpu in k.HOST_SPEED_BY_CPU if f"Host CPU: {cpu}" in notes]
+    return k.HOST_SPEED_BY_CPU[named[0]].value if named else 1.0
 
 
 def _gpu(text: str) -> str | None:
@@ -154,6 +162,7 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         lora_targets="qv" if vectorlm or optimum else "all-linear",
         quant_kernel="gptq" if "gptq" in row["weight_precision"].lower() else None,
         flash_attention=not row["flash_attn"].lower().startswith("no"),
+        host_speed=_host_speed(row["notes"]),
     ), ""
 
 
@@ -185,6 +194,7 @@ def _estimator(c: Case) -> partial[TimeEstimate]:
         lora_rank=c.lora_rank,
         options=opts,
         inter_node_gbit_per_s=c.inter_node_gbit,
+        host_speed=c.host_speed,
     )
 
 

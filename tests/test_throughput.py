@@ -148,3 +148,26 @@ def test_dequantization_traffic_follows_what_each_kernel_keeps_for_backward() ->
     # auto-gptq's torch path saves the fp16 weight it made: forward and recompute dequantize
     # (18.5 B each, qlinear_cuda_old.py), backward reads the saved weight (2 B).
     assert dequant_bytes_per_param("gptq", ckpt).tolist() == pytest.approx([18.5 + 2.0, 2 * 18.5 + 2.0])
+
+
+def test_a_faster_host_cpu_shortens_the_per_layer_overhead_only() -> None:
+    # The per-layer launch overhead is host-bound: twice the host's single-thread speed halves it
+    # (benchmarks/throughput_accuracy.py reads optimum-benchmark's Ryzen 9 7950X host as 2.25).
+    from ftsolve.solver import _coefficients as k
+
+    def step(seq_len: int, host: float) -> ftsolve.TimeEstimate:
+        return estimate_time("llama-2-7b", "rtx-4090", method="qlora", seq_len=seq_len, micro_batch=1, host_speed=host)
+
+    layers = ftsolve.load_catalog().model("llama-2-7b").num_layers
+    for seq_len in (256, 4096):
+        ref, fast = step(seq_len, 1.0), step(seq_len, 2.0)
+        saved = ref.compute_s - fast.compute_s  # one micro-batch, checkpointed: three passes
+        assert saved == pytest.approx(3 * layers * k.PER_LAYER_PASS_S.value / 2, rel=1e-6)
+        assert fast.tokens_per_s > ref.tokens_per_s
+    # The gain is the larger share at short sequences, where the step is launch-bound.
+    assert step(256, 2.0).tokens_per_s / step(256, 1.0).tokens_per_s > step(4096, 2.0).tokens_per_s / step(
+        4096, 1.0
+    ).tokens_per_s
+    assert k.HOST_SPEED_BY_CPU["AMD Ryzen 9 7950X"].value == pytest.approx(5.7 / 3.4 * 1.19 * 1.13, abs=0.005)
+    with pytest.raises(ftsolve.InvalidJobSpec, match="host_speed"):
+        ftsolve.JobSpec.build(model="llama-3.1-8b", train_tokens=1e6, seq_len=512, host_speed=0)

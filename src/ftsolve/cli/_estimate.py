@@ -150,6 +150,7 @@ def estimate_memory_cmd(
 @recipe_options
 @field_option("train_tokens")
 @field_option("real_token_fraction")
+@field_option("host_speed")
 @click.option("--json", "as_json", is_flag=True)
 @errors
 def estimate_time_cmd(
@@ -168,6 +169,7 @@ def estimate_time_cmd(
     network_gbit: float | None,
     train_tokens: int | None,
     real_token_fraction: float | None,
+    host_speed: float | None,
     as_json: bool,
     precision: str,
     **recipe: Any,
@@ -195,6 +197,7 @@ def estimate_time_cmd(
         inter_node_gbit_per_s=network_gbit,
         train_tokens=train_tokens,
         real_token_fraction=real_token_fraction,
+        host_speed=_given_or_default({"host_speed": host_speed}, "host_speed"),
     )
     # A measurement of this GPU, stack and method (`ftsolve calibrate`) rules over the model.
     est = correct_time_estimate(est, recipe_from_options(recipe).stack)

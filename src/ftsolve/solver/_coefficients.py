@@ -180,7 +180,7 @@ UTILIZATION_BY_ARCH_FITTED: dict[str, Coefficient] = {
         0.508, "of dense 16-bit peak", "physics.md §8: 0.38-0.46 MFU reported for H100", _THROUGHPUT_FIT
     ),
     "Ampere": Coefficient(
-        0.601,
+        0.606,
         "of dense 16-bit peak",
         "physics.md §8: 0.44-0.58 on A100 (EleutherAI, fms-fsdp)",
         _THROUGHPUT_FIT,
@@ -319,16 +319,16 @@ def utilization_for(gpu: str, architecture: str) -> Coefficient:
 # `method/gpu` with at least 5 rows, else per method. Printed by benchmarks/throughput_accuracy.py
 # ("bands"), 2026-12-02; tests/test_accuracy.py keeps these at least as wide as what it measures.
 TIME_BANDS: dict[str, float] = {
-    "all": 0.406,
-    "full": 0.24,
-    "full/a100-sxm-40gb": 0.18,
-    "full/a100-sxm-80gb": 0.367,
-    "full/h100-sxm": 0.22,
-    "lora": 0.483,
-    "lora/a100-sxm-80gb": 0.483,
-    "qlora": 0.362,
-    "qlora/a100-sxm-80gb": 0.3,
-    "qlora/rtx-4090": 0.473,
+    "all": 0.335,
+    "full": 0.238,
+    "full/a100-sxm-40gb": 0.184,
+    "full/a100-sxm-80gb": 0.244,
+    "full/h100-sxm": 0.23,
+    "lora": 0.377,
+    "lora/a100-sxm-80gb": 0.377,
+    "qlora": 0.321,
+    "qlora/a100-sxm-80gb": 0.315,
+    "qlora/rtx-4090": 0.367,
 }
 # The GPUs of the benchmark's rows (a test checks it): on any other GPU the utilization is carried
 # over by matmul efficiency, unvalidated, and the band widens by how far that rule misses between
@@ -354,14 +354,31 @@ def time_band(method: str, gpu: str) -> float:
 
 
 PER_LAYER_PASS_S = Coefficient(
-    0.000975,
+    0.00111,
     "seconds per decoder layer per pass (forward, backward, recompute) of each micro-batch",
-    "assumption: kernel-launch and framework overhead that does not scale with tokens; visible as "
-    "low tokens/s at short sequences in the Qwen README profiling table",
+    "assumption: kernel-launch and framework overhead that does not scale with tokens, on the reference "
+    "host (HOST_SPEED_BY_CPU); visible as low tokens/s at short sequences in the Qwen README profiling table",
     _THROUGHPUT_FIT,
 )
+# The per-layer overhead is the host issuing kernels from Python (eager PyTorch at short
+# micro-batches is launch-bound), so it scales with the inverse of the host CPU's single-thread
+# speed (JobSpec.host_speed). The fitted PER_LAYER_PASS_S is taken as that of a datacenter host of
+# the A100 generation, an AMD EPYC 7742 (DGX A100's CPU; optimum-benchmark's A100 host): speed 1.
+# A host's speed is its boost clock times its core's IPC relative to Zen 2, from the vendor's figures.
+HOST_SPEED_BY_CPU: dict[str, Coefficient] = {
+    "AMD EPYC 7742": Coefficient(
+        1.0, "x the reference host's single-thread speed", "the reference (Zen 2, 3.4 GHz boost)"
+    ),
+    "AMD Ryzen 9 7950X": Coefficient(
+        2.25,
+        "x the reference host's single-thread speed",
+        "5.7 / 3.4 GHz boost x 1.19 (Zen 3 IPC over Zen 2) x 1.13 (Zen 4 over Zen 3): boost clocks "
+        "hardwaretimes.com (7950X 5.7 GHz) and islabit.com (EPYC 7763 at 3.5 GHz is 100 MHz above the 7742); "
+        "IPC as AMD announced it (pcgamer.com 2020-10-08: +19%; hardwaretimes.com: Zen 4 +13%)",
+    ),
+}
 ZERO_LAYER_PASS_S = Coefficient(
-    0.00104,
+    0.00092,
     "seconds per decoder layer per pass of each micro-batch under ZeRO-2/3 (collective latency and hooks)",
     "physics.md §9.3 field reports (DeepSpeed #1174: ZeRO-3 forward 8x slower than ZeRO-2)",
     _THROUGHPUT_FIT,

@@ -149,6 +149,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "utilization": (0.0, 1.0, False),
     "train_tokens": (1, 10**15, True),
     "real_token_fraction": (0.01, 1.0, True),
+    "host_speed": (0.2, 5.0, False),  # as JobSpec.host_speed
 }
 
 
@@ -365,8 +366,10 @@ def estimate_time(
     train_tokens: int | None = None,
     real_token_fraction: float = 1.0,
     catalog: Catalog | None = None,
+    host_speed: float = 1.0,
 ) -> TimeEstimate:
-    """Step time, tokens/s and (optionally) hours of one configuration on `gpu` (physics.md §7-9)."""
+    """Step time, tokens/s and (optionally) hours of one configuration on `gpu` (physics.md §7-9);
+    `host_speed`: the host CPU's single-thread speed (JobSpec.host_speed)."""
     catalog = catalog if catalog is not None else load_catalog(user=False)
     opts = options or MemoryOptions()
     _check_ranges(
@@ -378,6 +381,7 @@ def estimate_time(
         utilization=utilization,
         train_tokens=train_tokens,
         real_token_fraction=real_token_fraction,
+        host_speed=host_speed,
     )
     if n_gpus % nodes:
         raise InvalidJobSpec(f"invalid nodes: {n_gpus} GPUs do not split evenly over {nodes} nodes")
@@ -413,6 +417,7 @@ def estimate_time(
         hw.memory_bandwidth_gb_per_s,
         hw.bus_gb_per_s,
         opts.dequant_kernel,
+        host_speed,
     )
     hours = None if train_tokens is None else train_tokens / real_token_fraction / float(st.tokens_per_s[0]) / 3600.0
     return _time_estimate(

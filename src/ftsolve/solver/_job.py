@@ -437,6 +437,15 @@ class JobSpec(BaseModel):
         "the plan still prices the whole token budget)",
         json_schema_extra=_cli("policy"),
     )
+    host_speed: float = Field(
+        default=1.0,
+        gt=0.2,
+        le=5.0,
+        title="Host CPU single-thread speed",
+        description="single-thread speed of the training host's CPU relative to an AMD EPYC 7742 (a datacenter "
+        "A100 host); the per-layer launch overhead scales with its inverse (a Ryzen 9 7950X desktop: 2.25)",
+        json_schema_extra=_cli("policy"),
+    )
     download_mb_per_s: float = Field(
         default=200.0,
         ge=0.01,

@@ -488,6 +488,7 @@ def _step(job: JobSpec, sizes: ModelSizes, hw: Hardware, hi: I, cfg: I, memory: 
         hw.memory_bandwidth_gb_per_s[hi],
         hw.bus_gb_per_s[hi],
         job.memory_options().dequant_kernel,
+        job.host_speed,
     )
 
 

@@ -121,6 +121,7 @@ def step_time(
     mem_bw_gb_per_s: F,
     bus_gb_per_s: F,
     quant_kernel: str = "bitsandbytes",
+    host_speed: float = 1.0,
 ) -> StepTime:
     """Time of one optimizer step on n GPUs (data parallel over all of them)."""
     n = n_gpus.astype(np.float64)
@@ -137,7 +138,7 @@ def step_time(
     # Fixed work per micro-batch that does not shrink with fewer tokens: kernel launches and
     # framework overhead per layer and pass, and dequantizing quantized bases every pass
     # (memory-bound, physics.md §7: about 4.5 bytes moved per base parameter per pass).
-    launch = passes * sizes.layers * k.PER_LAYER_PASS_S.value
+    launch = passes * sizes.layers * k.PER_LAYER_PASS_S.value / host_speed  # host-bound (HOST_SPEED_BY_CPU)
     dequant = np.where(
         quant != Q16,
         sizes.linear_params
