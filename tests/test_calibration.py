@@ -27,6 +27,7 @@ from ftsolve._calibration import (
     load_calibration,
     read_measurements,
 )
+from ftsolve._calibration._fit import record_id
 from ftsolve.cli import cli
 from ftsolve.solver import _coefficients as k
 
@@ -420,3 +421,19 @@ def test_a_calibration_an_older_model_fitted_is_fitted_again_against_this_one(ho
     path.write_text(json.dumps(gone))
     (kept,) = load_calibration().corrections
     assert kept.throughput_factor == pytest.approx(aged["throughput_factor"])
+
+
+def test_a_run_on_a_faster_host_is_fitted_with_its_host_and_ids_of_older_records_hold() -> None:
+    import hashlib
+
+    (m,) = read_measurements(PROBE)
+    fast = m.model_copy(update={"config": m.config.model_copy(update={"host_speed": 2.25})})
+    plain, quick = fit_measurement(m, CATALOG), fit_measurement(fast, CATALOG)
+    # The model already credits the host: a smaller share of the measurement is left to the factor.
+    assert quick.predicted_tokens_per_s > plain.predicted_tokens_per_s  # type: ignore[operator]
+    assert quick.throughput_factor == pytest.approx(8240.5 / quick.predicted_tokens_per_s)  # type: ignore[operator]
+    # A run on the reference host keeps the id an ftsolve without RunConfig.host_speed gave it.
+    older = json.loads(m.model_dump_json())
+    del older["config"]["host_speed"]
+    assert record_id(m) == hashlib.sha256(json.dumps(older, separators=(",", ":")).encode()).hexdigest()[:16]
+    assert record_id(fast) != record_id(m)

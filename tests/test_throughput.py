@@ -171,3 +171,14 @@ def test_a_faster_host_cpu_shortens_the_per_layer_overhead_only() -> None:
     assert k.HOST_SPEED_BY_CPU["AMD Ryzen 9 7950X"].value == pytest.approx(5.7 / 3.4 * 1.19 * 1.13, abs=0.005)
     with pytest.raises(ftsolve.InvalidJobSpec, match="host_speed"):
         ftsolve.JobSpec.build(model="llama-3.1-8b", train_tokens=1e6, seq_len=512, host_speed=0)
+
+
+def test_a_plan_on_a_stated_host_says_so_and_runs_faster() -> None:
+    job = ftsolve.JobSpec(
+        model="llama-3.1-8b", train_tokens=20_000_000, seq_len=512, methods=("qlora",), gpus=("rtx-4090",), max_gpus=1
+    )
+    ref = ftsolve.plan(job, top=1).plans[0]
+    fast = ftsolve.plan(job.model_copy(update={"host_speed": 2.25}), top=1).plans[0]
+    assert fast.time.tokens_per_s > ref.time.tokens_per_s
+    assert not any("--host-speed" in a for a in ref.assumptions)
+    assert any(a.startswith("host CPU at 2.25x") and "ms of launch overhead" in a for a in fast.assumptions)

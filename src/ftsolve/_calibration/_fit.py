@@ -45,8 +45,10 @@ TRANSFER_BAND = k.Coefficient(
 
 
 def record_id(m: Measurement) -> str:
-    """A short digest of the measurement: the same record calibrated twice counts once."""
-    return hashlib.sha256(m.model_dump_json().encode("utf-8")).hexdigest()[:16]
+    """A short digest of the measurement: the same record calibrated twice counts once. A run on the
+    reference host digests as it did before RunConfig had a host speed."""
+    exclude = {"config": {"host_speed"}} if m.config.host_speed == 1.0 else None
+    return hashlib.sha256(m.model_dump_json(exclude=exclude).encode("utf-8")).hexdigest()[:16]
 
 
 def fit_measurement(m: Measurement, catalog: Catalog | None = None) -> StoredRecord:
@@ -70,7 +72,9 @@ def fit_measurement(m: Measurement, catalog: Catalog | None = None) -> StoredRec
     model = c.model
     predicted_tps = factor = None
     if m.tokens_per_s is not None:
-        est = estimate_time(model, m.gpu, micro_batch=c.micro_batch, nodes=c.nodes, **common)  # type: ignore[arg-type]
+        # With the run's host speed: the factor then holds what the host does not explain.
+        timing = {"micro_batch": c.micro_batch, "nodes": c.nodes, "host_speed": c.host_speed}
+        est = estimate_time(model, m.gpu, **timing, **common)  # type: ignore[arg-type]
         predicted_tps = est.tokens_per_s
         factor = m.tokens_per_s / predicted_tps
     metric = "reserved" if m.peak_reserved_gib is not None else None

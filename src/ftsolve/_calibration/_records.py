@@ -67,6 +67,9 @@ class RunConfig(_Frozen):
     gradient_checkpointing: bool = True
     lora_rank: int = Field(default=16, gt=0, le=4096)
     stack: str = "hf"
+    host_speed: float = Field(
+        default=1.0, gt=0.2, le=5.0, description="the host CPU's single-thread speed (JobSpec.host_speed)"
+    )
     recipe: dict[str, str | float | int | bool | None] = Field(
         default_factory=dict, description="other training-recipe fields of JobSpec (optimizer, loss, ...)"
     )

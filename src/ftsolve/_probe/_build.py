@@ -172,7 +172,7 @@ def _estimates(config: RunConfig, gpu: str, catalog: Catalog) -> tuple[float, fl
         "catalog": catalog,
     }
     mem = estimate_memory(c.model, gpu=gpu, **common)
-    tps = estimate_time(c.model, gpu, **common).tokens_per_s
+    tps = estimate_time(c.model, gpu, host_speed=c.host_speed, **common).tokens_per_s
     return mem.peak_gib, float(mem.usable_gib or 0.0), mem.reserved_gib, mem.allocated_gib, tps
 
 
@@ -232,6 +232,7 @@ def build_probe(plan: Plan, job: JobSpec, catalog: Catalog, *, steps: int = 5, w
         gradient_checkpointing=plan.gradient_checkpointing,
         lora_rank=job.lora_rank,
         stack="hf",
+        host_speed=job.host_speed,
         recipe=recipe,
     )
     config, ran = _fitting(base, arch, plan.gpu, catalog)

@@ -41,7 +41,7 @@ SECTIONS = {"job": "Job", "recipe": "Training recipe", "constraints": "Constrain
 # Sections whose --help lists flag names only (with this lead-in); --help-all describes each.
 COMPACT = {
     "Training recipe": "Stack defaults (--help-all):",
-    "More": "Host, data, trials, headroom, batch (--help-all):",
+    "More": "Host, data, costs, preferences (--help-all):",
 }
 OTHER_SECTION = "Output and catalog"
 # Options that describe the job but are not one field each: the model is a preset (--model) or a

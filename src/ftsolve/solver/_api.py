@@ -269,6 +269,11 @@ def _assumptions(
             "gradients stay unsharded until the step; syncing every micro-batch (accelerate's "
             "sync_each_batch) saves that memory for more communication"
         )
+    if job.host_speed != 1.0:
+        out.append(
+            f"host CPU at {job.host_speed:g}x the single-thread speed of an AMD EPYC 7742 (--host-speed): "
+            f"{k.PER_LAYER_PASS_S.value * 1e3 / job.host_speed:.2f} ms of launch overhead per layer and pass"
+        )
     if job.trial_runs or job.failure_probability:
         out.append("trial runs and failed attempts are priced as scaled copies of the final run on the same plan")
     out.extend(calibration_assumptions(job, offer.gpu, METHOD_NAMES[int(t.method[i])], cal, t.gpu_specs[offer.gpu]))
