@@ -182,3 +182,12 @@ def test_a_plan_on_a_stated_host_says_so_and_runs_faster() -> None:
     assert fast.time.tokens_per_s > ref.time.tokens_per_s
     assert not any("--host-speed" in a for a in ref.assumptions)
     assert any(a.startswith("host CPU at 2.25x") and "ms of launch overhead" in a for a in fast.assumptions)
+
+
+def test_estimate_time_names_a_stated_host() -> None:
+    args = ["estimate", "time", "--model", "llama-2-7b", "--gpu", "rtx-4090", "--method", "qlora", "--seq-len", "256"]
+    plain, fast = (CliRunner().invoke(cli, args + extra) for extra in ([], ["--host-speed", "2.25"]))
+    assert plain.exit_code == fast.exit_code == 0
+    assert "--host-speed" not in plain.output and "host CPU 2.25x an EPYC 7742" in fast.output.splitlines()[0]
+    tokens = [float(r.output.split("-> ")[1].split(" tokens/s")[0].replace(",", "")) for r in (plain, fast)]
+    assert tokens[1] > tokens[0]

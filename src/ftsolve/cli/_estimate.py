@@ -180,6 +180,7 @@ def estimate_time_cmd(
         real_token_fraction = JobSpec.model_fields["real_token_fraction"].get_default()
     if not 0 < real_token_fraction <= 1:
         raise InvalidJobSpec(f"invalid --real-token-fraction {real_token_fraction}: must be in (0, 1]")
+    speed = _given_or_default({"host_speed": host_speed}, "host_speed")
     est = estimate_time(
         target,
         gpu,
@@ -197,7 +198,7 @@ def estimate_time_cmd(
         inter_node_gbit_per_s=network_gbit,
         train_tokens=train_tokens,
         real_token_fraction=real_token_fraction,
-        host_speed=_given_or_default({"host_speed": host_speed}, "host_speed"),
+        host_speed=speed,
     )
     # A measurement of this GPU, stack and method (`ftsolve calibrate`) rules over the model.
     est = correct_time_estimate(est, recipe_from_options(recipe).stack)
@@ -209,6 +210,7 @@ def estimate_time_cmd(
         plain(
             f"{est.model} {est.method} on {est.n_gpus}x {est.gpu} ({est.nodes} node(s), {est.sharding}), "
             f"seq {est.seq_len} x micro-batch {est.micro_batch} x accumulation {est.grad_accum}"
+            + (f"; host CPU {speed:g}x an EPYC 7742 (--host-speed)" if speed != 1.0 else "")
         )
     )
     con.print(
