@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ftsolve._errors import CatalogError, FtsolveError
 from ftsolve._files import read_text_file
 from ftsolve.catalog import ModelArch, arch_from_config, load_gpus, resolve_gpu
+from ftsolve.solver import _coefficients as k
 from ftsolve.solver._job import JobSpec, describe_validation_error
 from ftsolve.solver._memory import SHARD_NAMES, MemoryOptions
 
@@ -68,7 +69,10 @@ class RunConfig(_Frozen):
     lora_rank: int = Field(default=16, gt=0, le=4096)
     stack: str = "hf"
     host_speed: float = Field(
-        default=1.0, gt=0.2, le=5.0, description="the host CPU's single-thread speed (JobSpec.host_speed)"
+        default=1.0,
+        gt=k.HOST_SPEED_BOUNDS[0],
+        le=k.HOST_SPEED_BOUNDS[1],
+        description="the host CPU's single-thread speed (JobSpec.host_speed)",
     )
     recipe: dict[str, str | float | int | bool | None] = Field(
         default_factory=dict, description="other training-recipe fields of JobSpec (optimizer, loss, ...)"

@@ -180,7 +180,7 @@ def estimate_time_cmd(
         real_token_fraction = JobSpec.model_fields["real_token_fraction"].get_default()
     if not 0 < real_token_fraction <= 1:
         raise InvalidJobSpec(f"invalid --real-token-fraction {real_token_fraction}: must be in (0, 1]")
-    speed = _given_or_default({"host_speed": host_speed}, "host_speed")
+    speed = JobSpec.model_fields["host_speed"].get_default() if host_speed is None else host_speed
     est = estimate_time(
         target,
         gpu,

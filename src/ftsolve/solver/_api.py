@@ -271,7 +271,7 @@ def _assumptions(
         )
     if job.host_speed != 1.0:
         out.append(
-            f"host CPU at {job.host_speed:g}x the single-thread speed of an AMD EPYC 7742 (--host-speed): "
+            f"host CPU at {job.host_speed:g}x the single-thread speed of an {k.REFERENCE_HOST} (--host-speed): "
             f"{k.PER_LAYER_PASS_S.value * 1e3 / job.host_speed:.2f} ms of launch overhead per layer and pass"
         )
     if job.trial_runs or job.failure_probability:

@@ -365,8 +365,10 @@ PER_LAYER_PASS_S = Coefficient(
 # speed (JobSpec.host_speed). The fitted PER_LAYER_PASS_S is taken as that of a datacenter host of
 # the A100 generation, an AMD EPYC 7742 (DGX A100's CPU; optimum-benchmark's A100 host): speed 1.
 # A host's speed is its boost clock times its core's IPC relative to Zen 2, from the vendor's figures.
+REFERENCE_HOST = "AMD EPYC 7742"
+HOST_SPEED_BOUNDS = (0.2, 5.0)  # exclusive, inclusive: what a job, a run or an estimate may state
 HOST_SPEED_BY_CPU: dict[str, Coefficient] = {
-    "AMD EPYC 7742": Coefficient(
+    REFERENCE_HOST: Coefficient(
         1.0, "x the reference host's single-thread speed", "the reference (Zen 2, 3.4 GHz boost)"
     ),
     "AMD Ryzen 9 7950X": Coefficient(

@@ -149,7 +149,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "utilization": (0.0, 1.0, False),
     "train_tokens": (1, 10**15, True),
     "real_token_fraction": (0.01, 1.0, True),
-    "host_speed": (0.2, 5.0, False),  # as JobSpec.host_speed
+    "host_speed": (*k.HOST_SPEED_BOUNDS, False),  # as JobSpec.host_speed
 }
 
 

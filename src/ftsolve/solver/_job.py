@@ -18,6 +18,7 @@ from pydantic import (
 from ftsolve._errors import InvalidJobSpec
 from ftsolve.catalog._currency import Currency
 from ftsolve.catalog._models import ModelArch
+from ftsolve.solver import _coefficients as k
 from ftsolve.solver._memory import MemoryOptions
 from ftsolve.solver._stacks import Loss, OptimizerStep, QuantKernel, StackName
 
@@ -439,8 +440,8 @@ class JobSpec(BaseModel):
     )
     host_speed: float = Field(
         default=1.0,
-        gt=0.2,
-        le=5.0,
+        gt=k.HOST_SPEED_BOUNDS[0],
+        le=k.HOST_SPEED_BOUNDS[1],
         title="Host CPU single-thread speed",
         description="single-thread speed of the training host's CPU relative to an AMD EPYC 7742 (a datacenter "
         "A100 host); the per-layer launch overhead scales with its inverse (a Ryzen 9 7950X desktop: 2.25)",
