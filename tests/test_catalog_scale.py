@@ -86,10 +86,26 @@ def small_steps() -> Iterator[None]:
         yield
 
 
+_PARSED = _load._parsed
+
+
+@pytest.fixture(params=["pandas' C reader", "pandas' frames"])
+def pandas_blocks(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test twice: with the blocks of pandas' C reader (its arrays, what a load uses) and with
+    the frames pandas' public reader makes of them (where that reader is missing)."""
+    if request.param == "pandas' C reader":
+        yield
+        return
+    # a generator over the frames has no C reader to reach
+    with mock.patch.object(_load, "_parsed", lambda chunks, *rest: _PARSED((f for f in chunks), *rest)):
+        yield
+
+
 # --- the fast reader equals the csv reader --------------------------------------------------------
 
 
 @pytest.mark.parametrize("steps", ["default", "small"])
+@pytest.mark.usefixtures("pandas_blocks")
 def test_the_bundled_catalog_reads_the_same_fast(tmp_path: Path, steps: str) -> None:
     path = tmp_path / "offers.csv"
     path.write_text(TEXT, encoding="utf-8")
@@ -156,6 +172,7 @@ ODD_FILES = {
 
 
 @pytest.mark.parametrize("name", sorted(ODD_FILES))
+@pytest.mark.usefixtures("pandas_blocks")
 def test_a_file_pandas_may_read_otherwise_goes_to_the_csv_reader(tmp_path: Path, name: str) -> None:
     path = tmp_path / "offers.csv"
     path.write_bytes(ODD_FILES[name].encode())
@@ -181,7 +198,7 @@ SAME_FILES = {
 
 
 @pytest.mark.parametrize("name", sorted(SAME_FILES))
-@pytest.mark.usefixtures("small_steps")
+@pytest.mark.usefixtures("small_steps", "pandas_blocks")
 def test_a_file_both_readers_take_reads_the_same(tmp_path: Path, name: str) -> None:
     path = tmp_path / "offers.csv"
     path.write_bytes(SAME_FILES[name].encode())

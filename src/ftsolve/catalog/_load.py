@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -687,17 +687,61 @@ def _plain_header(f: BinaryIO) -> list[str] | None:
     return None
 
 
-def _distinct(pd: Any, col: NDArray[np.object_]) -> tuple[NDArray[np.object_], NDArray[np.intp]]:
-    """(distinct objects, each row's index into them) of a column of str objects. pandas makes one
-    object per distinct cell of each block it parses, so factorizing the objects' addresses (a hash
-    of integers) finds the distinct cells of a block several times faster than hashing and
-    comparing the strings; encode_chunk looks up each object by value."""
+def _addresses(col: NDArray[np.object_]) -> NDArray[np.intp]:
+    """The addresses of a contiguous object array's objects (its buffer read as integers)."""
     n = col.shape[0]
-    addresses = np.ctypeslib.as_array((ctypes.c_ssize_t * n).from_address(col.ctypes.data))
-    rows, objects = pd.factorize(addresses)
+    return np.ctypeslib.as_array((ctypes.c_ssize_t * n).from_address(col.ctypes.data))
+
+
+def _distinct(pd: Any, parts: Sequence[NDArray[np.object_]]) -> tuple[NDArray[np.object_], NDArray[np.intp]]:
+    """(distinct objects, each row's index into them) of a column of str objects, given in parts.
+    pandas makes one object per distinct cell of each block it parses, so factorizing the objects'
+    addresses (a hash of integers) finds the distinct cells several times faster than hashing and
+    comparing the strings, and no object is touched but the distinct ones; encode_chunk looks up
+    each object by value."""
+    rows, objects = pd.factorize(np.concatenate([_addresses(p) for p in parts]))
+    n = rows.shape[0]
     first = np.empty(objects.shape[0], dtype=np.intp)
     first[rows[::-1]] = np.arange(n - 1, -1, -1)  # the last write is each object's first row
-    return col[first], rows
+    ends = np.cumsum([p.shape[0] for p in parts])
+    part = np.searchsorted(ends, first, side="right")
+    distinct = np.empty(first.shape[0], dtype=object)
+    for j, col in enumerate(parts):
+        mine = part == j
+        distinct[mine] = col[first[mine] - (ends[j] - col.shape[0])]
+    return distinct, rows
+
+
+def _parsed(chunks: Any, width: int, rows: int) -> Iterator[list[NDArray[np.object_]]]:
+    """The columns (object arrays of str, one per header field) of each block of rows pandas
+    parses. Its C reader's own arrays where pandas has that reader (pandas' DataFrame and Series
+    around them took a quarter of the parse), else each frame's columns. A block whose fields are
+    not the header's (pandas gives a first row longer than the header more of them) raises."""
+    read = getattr(getattr(getattr(chunks, "_engine", None), "_reader", None), "read", None)
+    if read is None:
+        for frame in chunks:
+            yield [frame[i].to_numpy(dtype=object) for i in range(width)]
+        return
+    while True:
+        try:
+            block = read(rows)
+        except StopIteration:
+            return
+        columns = [block.get(i) for i in range(len(block))]
+        if len(columns) != width or not all(_object_column(c, columns[0]) for c in columns):
+            raise _Unsure("a block of rows pandas read otherwise than the header says")
+        yield cast("list[NDArray[np.object_]]", columns)
+
+
+def _object_column(column: object, first: object) -> bool:
+    """Whether a column pandas parsed is a contiguous object array as long as the first."""
+    return (
+        isinstance(column, np.ndarray)
+        and isinstance(first, np.ndarray)
+        and column.dtype == object
+        and column.shape == first.shape
+        and column.flags.c_contiguous
+    )
 
 
 def fast_offer_table(path: Path, gpus: Mapping[str, GpuSpec], content: Hash | None = None) -> OfferTable | None:
@@ -765,21 +809,20 @@ def _fast_table(pd: Any, source: _StrictBytes, header: list[str], gpus: Mapping[
             skipinitialspace=False,
             skip_blank_lines=True,
             comment=None,
-            chunksize=min(_PARSE_ROWS, _FAST_CHUNK_ROWS),
+            chunksize=(rows := min(_PARSE_ROWS, _FAST_CHUNK_ROWS)),
             low_memory=False,
         )
-        frames: list[Any] = []  # parsed, not yet checked
-        for frame in itertools.chain(chunks, [None]):
-            if frame is not None:
-                frames.append(frame)
-                if sum(map(len, frames)) < _FAST_CHUNK_ROWS:
+        blocks: list[list[NDArray[np.object_]]] = []  # parsed, not yet checked
+        for block in itertools.chain(_parsed(chunks, len(header), rows), [None]):
+            if block is not None:
+                blocks.append(block)
+                if sum(b[0].shape[0] for b in blocks) < _FAST_CHUNK_ROWS:
                     continue
-            if not frames:
+            if not blocks:
                 break
-            columns = {i: np.concatenate([f[i].to_numpy(dtype=object) for f in frames]) for i in known}
-            n = sum(map(len, frames))
-            frames.clear()
-            cells = {name: _distinct(pd, columns[i]) for i, name in known.items()}
+            n = sum(b[0].shape[0] for b in blocks)
+            cells = {name: _distinct(pd, [b[i] for b in blocks]) for i, name in known.items()}
+            blocks.clear()
             chunk = encode_chunk(cells, n, rules, built.vocabs)
             for j in np.flatnonzero(chunk.doubt).tolist():
                 row = {name: str(distinct[rows[j]]) for name, (distinct, rows) in cells.items()}
