@@ -180,7 +180,7 @@ UTILIZATION_BY_ARCH_FITTED: dict[str, Coefficient] = {
         0.508, "of dense 16-bit peak", "physics.md §8: 0.38-0.46 MFU reported for H100", _THROUGHPUT_FIT
     ),
     "Ampere": Coefficient(
-        0.606,
+        0.605,
         "of dense 16-bit peak",
         "physics.md §8: 0.44-0.58 on A100 (EleutherAI, fms-fsdp)",
         _THROUGHPUT_FIT,
@@ -319,16 +319,16 @@ def utilization_for(gpu: str, architecture: str) -> Coefficient:
 # `method/gpu` with at least 5 rows, else per method. Printed by benchmarks/throughput_accuracy.py
 # ("bands"), 2026-12-02; tests/test_accuracy.py keeps these at least as wide as what it measures.
 TIME_BANDS: dict[str, float] = {
-    "all": 0.335,
-    "full": 0.238,
-    "full/a100-sxm-40gb": 0.184,
-    "full/a100-sxm-80gb": 0.244,
-    "full/h100-sxm": 0.23,
-    "lora": 0.377,
-    "lora/a100-sxm-80gb": 0.377,
-    "qlora": 0.321,
-    "qlora/a100-sxm-80gb": 0.315,
-    "qlora/rtx-4090": 0.367,
+    "all": 0.329,
+    "full": 0.234,
+    "full/a100-sxm-40gb": 0.183,
+    "full/a100-sxm-80gb": 0.239,
+    "full/h100-sxm": 0.227,
+    "lora": 0.366,
+    "lora/a100-sxm-80gb": 0.366,
+    "qlora": 0.327,
+    "qlora/a100-sxm-80gb": 0.32,
+    "qlora/rtx-4090": 0.338,
 }
 # The GPUs of the benchmark's rows (a test checks it): on any other GPU the utilization is carried
 # over by matmul efficiency, unvalidated, and the band widens by how far that rule misses between
@@ -354,7 +354,7 @@ def time_band(method: str, gpu: str) -> float:
 
 
 PER_LAYER_PASS_S = Coefficient(
-    0.00111,
+    0.00118,
     "seconds per decoder layer per pass (forward, backward, recompute) of each micro-batch",
     "assumption: kernel-launch and framework overhead that does not scale with tokens, on the reference "
     "host (HOST_SPEED_BY_CPU); visible as low tokens/s at short sequences in the Qwen README profiling table",
@@ -380,7 +380,7 @@ HOST_SPEED_BY_CPU: dict[str, Coefficient] = {
     ),
 }
 ZERO_LAYER_PASS_S = Coefficient(
-    0.00092,
+    0.00084,
     "seconds per decoder layer per pass of each micro-batch under ZeRO-2/3 (collective latency and hooks)",
     "physics.md §9.3 field reports (DeepSpeed #1174: ZeRO-3 forward 8x slower than ZeRO-2)",
     _THROUGHPUT_FIT,

@@ -36,7 +36,7 @@ from ftsolve.solver._memory import (
     memory_terms,
 )
 from ftsolve.solver._stacks import OPTIMIZER_STEPS, QUANT_KERNELS
-from ftsolve.solver._throughput import StepTime, flops_per_token, step_time
+from ftsolve.solver._throughput import StepTime, flops_per_token, step_time, stepped_bytes
 
 I = NDArray[np.int64]
 
@@ -404,7 +404,7 @@ def estimate_time(
     st = step_time(
         row.sizes,
         seq_len,
-        terms.static["optimizer"] + terms.static["gradients"] + terms.static["weights"],
+        stepped_bytes(terms.static, s.method),
         s.method,
         s.quant,
         s.shard,

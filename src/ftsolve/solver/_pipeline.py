@@ -43,7 +43,7 @@ from ftsolve.solver._memory import (
     unsharded_gradient_bytes,
 )
 from ftsolve.solver._rows import equal_rows, unique_rows
-from ftsolve.solver._throughput import StepTime, flops_per_token, step_time
+from ftsolve.solver._throughput import StepTime, flops_per_token, step_time, stepped_bytes
 
 F = NDArray[np.float64]
 I = NDArray[np.int64]
@@ -475,7 +475,7 @@ def _step(job: JobSpec, sizes: ModelSizes, hw: Hardware, hi: I, cfg: I, memory: 
     return step_time(
         sizes,
         job.seq_len,
-        states["optimizer"] + states["gradients"] + states["weights"],
+        stepped_bytes(states, method),
         method,
         quant,
         shard,
