@@ -86,26 +86,10 @@ def small_steps() -> Iterator[None]:
         yield
 
 
-_PARSED = _load._parsed
-
-
-@pytest.fixture(params=["pandas' C reader", "pandas' frames"])
-def pandas_blocks(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Each test twice: with the blocks of pandas' C reader (its arrays, what a load uses) and with
-    the frames pandas' public reader makes of them (where that reader is missing)."""
-    if request.param == "pandas' C reader":
-        yield
-        return
-    # a generator over the frames has no C reader to reach
-    with mock.patch.object(_load, "_parsed", lambda chunks, *rest: _PARSED((f for f in chunks), *rest)):
-        yield
-
-
 # --- the fast reader equals the csv reader --------------------------------------------------------
 
 
 @pytest.mark.parametrize("steps", ["default", "small"])
-@pytest.mark.usefixtures("pandas_blocks")
 def test_the_bundled_catalog_reads_the_same_fast(tmp_path: Path, steps: str) -> None:
     path = tmp_path / "offers.csv"
     path.write_text(TEXT, encoding="utf-8")
@@ -162,6 +146,8 @@ ODD_FILES = {
     "a quote left open": f"{HEADER}\n{row(source=chr(34) + 'src')}\n",
     "a row with more cells": f"{HEADER}\n{GOOD}\n{SECOND},extra\n",
     "a first row with more cells": f"{HEADER}\n{GOOD},extra\n{SECOND}\n",
+    # pandas' frames drop one empty extra cell of the first row without a warning; its C reader does not
+    "a first row with one more, empty cell": f"{HEADER}\n{GOOD},\n{SECOND}\n",
     "a first row with more cells, a blank line quoted in it": f'{HEADER}\n{GOOD[:-5]}",USD,\n\n{_CUT[0]}"{_CUT[1]}\n',
 
     "a quoted header": f'"{HEADER}"\n{GOOD}\n',
@@ -172,7 +158,6 @@ ODD_FILES = {
 
 
 @pytest.mark.parametrize("name", sorted(ODD_FILES))
-@pytest.mark.usefixtures("pandas_blocks")
 def test_a_file_pandas_may_read_otherwise_goes_to_the_csv_reader(tmp_path: Path, name: str) -> None:
     path = tmp_path / "offers.csv"
     path.write_bytes(ODD_FILES[name].encode())
@@ -198,7 +183,7 @@ SAME_FILES = {
 
 
 @pytest.mark.parametrize("name", sorted(SAME_FILES))
-@pytest.mark.usefixtures("small_steps", "pandas_blocks")
+@pytest.mark.usefixtures("small_steps")
 def test_a_file_both_readers_take_reads_the_same(tmp_path: Path, name: str) -> None:
     path = tmp_path / "offers.csv"
     path.write_bytes(SAME_FILES[name].encode())
@@ -207,6 +192,19 @@ def test_a_file_both_readers_take_reads_the_same(tmp_path: Path, name: str) -> N
     assert outcome(fast) == outcome(csv_read(path))
     slow, fast_path = both_readers(path)
     assert slow == fast_path
+
+
+def test_without_pandas_c_reader_the_csv_reader_reads_the_file(tmp_path: Path) -> None:
+    # The fast reader reads the blocks of pandas' (private) C reader; where a pandas has none, its
+    # frames are not trusted (they drop an empty extra cell of the first row unnoticed).
+    path = tmp_path / "offers.csv"
+    path.write_text(f"{HEADER}\n{GOOD}\n{SECOND}\n")
+    assert fast_offer_table(path, GPUS) is not None
+    parsed = _load._parsed
+    with mock.patch.object(_load, "_parsed", lambda chunks, *rest: parsed((f for f in chunks), *rest)):
+        assert fast_offer_table(path, GPUS) is None
+    slow, fast = both_readers(path)
+    assert slow == fast
 
 
 def test_parsed_chunks_are_checked_together(tmp_path: Path) -> None:
@@ -253,6 +251,7 @@ _CELL_EDITS: st.SearchStrategy[Callable[[str], str]] = st.sampled_from(
         lambda c: "#" + c,
         lambda c: c + "\x00",
         lambda c: "",
+        lambda c: c + ",",  # one more, empty cell
     ]
 )
 

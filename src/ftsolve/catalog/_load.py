@@ -714,14 +714,13 @@ def _distinct(pd: Any, parts: Sequence[NDArray[np.object_]]) -> tuple[NDArray[np
 
 def _parsed(chunks: Any, width: int, rows: int) -> Iterator[list[NDArray[np.object_]]]:
     """The columns (object arrays of str, one per header field) of each block of rows pandas
-    parses. Its C reader's own arrays where pandas has that reader (pandas' DataFrame and Series
-    around them took a quarter of the parse), else each frame's columns. A block whose fields are
-    not the header's (pandas gives a first row longer than the header more of them) raises."""
+    parses: its C reader's own arrays (pandas' DataFrame and Series around them took a quarter of
+    the parse). A block whose fields are not the header's raises: pandas gives a first row longer
+    than the header more of them. Its frames could not be trusted for that (they drop one extra
+    empty cell of the first row without a warning), so a pandas without that reader raises too."""
     read = getattr(getattr(getattr(chunks, "_engine", None), "_reader", None), "read", None)
     if read is None:
-        for frame in chunks:
-            yield [frame[i].to_numpy(dtype=object) for i in range(width)]
-        return
+        raise _Unsure("pandas without the C reader the fast reader reads its blocks from")
     while True:
         try:
             block = read(rows)
@@ -787,9 +786,7 @@ def _fast_table(pd: Any, source: _StrictBytes, header: list[str], gpus: Mapping[
     built.vocabs |= {name: Appended(factorize) for name in _MANY_VALUES}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # pandas drops the cells of a row longer than the header (index_col=False) and warns: such
-        # a file goes to the csv reader, which refuses the row.
-        warnings.simplefilter("error", pd.errors.ParserWarning)
+        warnings.simplefilter("error", pd.errors.ParserWarning)  # any doubt pandas states declines
         # Every column, not `usecols`: with it, pandas drops the cells of a row longer than the header.
         chunks = pd.read_csv(
             source,
