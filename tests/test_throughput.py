@@ -191,3 +191,27 @@ def test_estimate_time_names_a_stated_host() -> None:
     assert "--host-speed" not in plain.output and "host CPU 2.25x an EPYC 7742" in fast.output.splitlines()[0]
     tokens = [float(r.output.split("-> ")[1].split(" tokens/s")[0].replace(",", "")) for r in (plain, fast)]
     assert tokens[1] > tokens[0]
+
+
+def test_the_optimizer_step_moves_what_trains_and_its_partition() -> None:
+    # The step reads and writes the trained weights, their gradients and the optimizer state once
+    # (MemoryTerms.stepped); the frozen base of LoRA and QLoRA is never stepped.
+    from ftsolve import MemoryOptions
+    from ftsolve.solver import _coefficients as k
+
+    def opt_s(method: str, **kw: object) -> float:
+        options = kw.pop("options", None)
+        est = estimate_time("llama-2-7b", "a100-sxm-80gb", method=method, options=options, **kw)  # type: ignore[arg-type]
+        return est.optimizer_s
+
+    bandwidth = 2039e9 * k.WEIGHT_STREAM_EFFICIENCY.value  # A100-80GB, gpus.csv
+    # LoRA: 16-bit or NF4 base, the same step: the adapters' fp32 weight, gradient and AdamW state.
+    lora = opt_s("lora")
+    assert lora == pytest.approx(opt_s("qlora"), rel=1e-9)
+    assert lora < 0.01 * opt_s("full")
+    # Full fine-tuning under ZeRO-2 steps this GPU's 1/8 of the parameters, then gathers them.
+    full = opt_s("full", n_gpus=8, sharding="ddp")
+    assert opt_s("full", n_gpus=8, sharding="zero2") == pytest.approx(full / 8, rel=1e-9)
+    assert full > 2 * 6.7e9 * (2 + 2 + 12) / bandwidth * 0.9  # weights, gradients, fp32 master and moments
+    # A paged optimizer's state is stepped too, wherever the driver keeps it.
+    assert opt_s("full", options=MemoryOptions(optimizer="paged-adamw")) == pytest.approx(opt_s("full"), rel=1e-9)

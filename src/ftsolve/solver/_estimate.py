@@ -36,7 +36,7 @@ from ftsolve.solver._memory import (
     memory_terms,
 )
 from ftsolve.solver._stacks import OPTIMIZER_STEPS, QUANT_KERNELS
-from ftsolve.solver._throughput import StepTime, flops_per_token, step_time, stepped_bytes
+from ftsolve.solver._throughput import StepTime, flops_per_token, step_time
 
 I = NDArray[np.int64]
 
@@ -404,7 +404,7 @@ def estimate_time(
     st = step_time(
         row.sizes,
         seq_len,
-        stepped_bytes(terms.static, s.method),
+        terms.stepped,
         s.method,
         s.quant,
         s.shard,

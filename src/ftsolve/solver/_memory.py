@@ -313,6 +313,9 @@ class MemoryTerms:
     # the activations, the logits and the static parts in FREED_BEFORE_STEP, so it raises the peak
     # only by what it needs beyond them (`step`).
     step_temporaries: F = field(default_factory=lambda: np.zeros(()))
+    # Not memory: the bytes the optimizer step reads and writes once on this GPU (_States.stepped),
+    # which the step time prices.
+    stepped: F = field(default_factory=lambda: np.zeros(()))
 
     @cached_property
     def step(self) -> F:
@@ -371,13 +374,18 @@ class MemoryTerms:
         def pick(parts: dict[str, F]) -> dict[str, F]:
             return {name: v[idx] if np.ndim(v) else v for name, v in parts.items()}
 
-        temps = self.step_temporaries
-        step = temps[idx] if np.ndim(temps) else temps
-        return MemoryTerms(pick(self.static), pick(self.per_sample), pick(self.managed), step)
+        def one(v: F) -> F:
+            return v[idx] if np.ndim(v) else v
+
+        return MemoryTerms(
+            pick(self.static), pick(self.per_sample), pick(self.managed), one(self.step_temporaries), one(self.stepped)
+        )
 
     def with_static(self, name: str, value: F) -> MemoryTerms:
         """The same terms with one static component replaced."""
-        return MemoryTerms(self.static | {name: value}, self.per_sample, self.managed, self.step_temporaries)
+        return MemoryTerms(
+            self.static | {name: value}, self.per_sample, self.managed, self.step_temporaries, self.stepped
+        )
 
 
 def _gradient_bytes(sizes: ModelSizes, opts: MemoryOptions, full: B, full_grad_bytes: float) -> F:
@@ -424,6 +432,7 @@ class _States:
     grads: F
     optim: F
     paged: F  # optimizer state in CUDA managed memory, out of `optim`
+    stepped: F  # what the optimizer step reads and writes once (bytes; priced by the step time)
     grad_bytes: F  # unsharded gradient bytes of what trains
     trainable: F  # trainable parameters
     base: F  # unsharded base weight bytes as stored
@@ -493,12 +502,20 @@ def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: 
     # bitsandbytes allocates paged optimizer state in CUDA managed memory (cudaMallocManaged): the
     # driver pages it to CPU memory under pressure, and torch's allocator never counts it.
     paged = optim if opts.optimizer.startswith("paged") else optim * 0.0
+    # The optimizer step reads and writes, once each, this GPU's partition (ZeRO-1/2 step 1/n of the
+    # parameters, then gather them) of what trains, its gradients (read once also when stepped in
+    # its hook, or held in a FlatParameter of frozen weights) and the optimizer state, paged or not.
+    # The frozen base is never stepped: torch optimizers step the parameters they were given, and
+    # transformers' Trainer.create_optimizer gives them those that require grad.
+    trained = np.where(full, sizes.total_params * w_b, sizes.lora_params * aw + extra * cw)
+    stepped = (trained + grad_bytes) / shard_o + optim
     return _States(
         weights=weights,
         adapters=adapters,
         grads=grads,
         optim=optim - paged,
         paged=paged,
+        stepped=stepped,
         grad_bytes=grad_bytes,
         trainable=trainable,
         base=base,
@@ -682,6 +699,7 @@ def memory_terms(
         per_sample={name: b(v) for name, v in _per_sample(sizes, opts, seq_len, method, quant, ckpt, upcast).items()},
         managed={"paged_optimizer": b(st.paged)},
         step_temporaries=b(_optimizer_step_bytes(sizes, opts, st, method)),
+        stepped=b(st.stepped),
     )
 
 

@@ -43,7 +43,7 @@ from ftsolve.solver._memory import (
     unsharded_gradient_bytes,
 )
 from ftsolve.solver._rows import equal_rows, unique_rows
-from ftsolve.solver._throughput import StepTime, flops_per_token, step_time, stepped_bytes
+from ftsolve.solver._throughput import StepTime, flops_per_token, step_time
 
 F = NDArray[np.float64]
 I = NDArray[np.int64]
@@ -470,12 +470,11 @@ def _take_memory(memory: Memory, idx: I) -> Memory:
 def _step(job: JobSpec, sizes: ModelSizes, hw: Hardware, hi: I, cfg: I, memory: Memory, b: I) -> StepTime:
     """Step time of each pair at micro-batch b (the global batch held by the accumulation)."""
     method, quant, shard, ckpt = cfg.T
-    states = memory.terms.static
     b_eval = np.maximum(b, 1)
     return step_time(
         sizes,
         job.seq_len,
-        stepped_bytes(states, method),
+        memory.terms.stepped,
         method,
         quant,
         shard,

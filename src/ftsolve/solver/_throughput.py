@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,21 +105,10 @@ def dequant_bytes_per_param(quant_kernel: str, ckpt: I) -> F:
     return (2.0 + recompute) * per
 
 
-def stepped_bytes(static: Mapping[str, F], method: I) -> F:
-    """What the optimizer step reads and writes once each, per GPU: the optimizer state, the
-    gradients and the weights that train: every weight in full fine-tuning, the adapters (and
-    trained embedding copies) in LoRA and QLoRA. Torch optimizers step only the parameters they
-    were given, and trainers give them only those that require grad (transformers Trainer
-    create_optimizer), so the frozen base is never read."""
-    trained = np.where(method == FULL, static["weights"], static["adapters"])
-    out: F = static["optimizer"] + static["gradients"] + trained
-    return out
-
-
 def step_time(
     sizes: ModelSizes,
     seq_len: int,
-    stepped: F,
+    stepped_bytes: F,
     method: I,
     quant: I,
     shard: I,
@@ -181,8 +169,8 @@ def step_time(
     comm = volume / (bus_gb_per_s * 1e9)
     compute_step = m * per_mb
     exposed = np.maximum(0.0, comm - k.OVERLAP_ETA.value * compute_step)
-    # Optimizer step: read and write what it steps once (stepped_bytes).
-    opt = 2.0 * stepped / (mem_bw_gb_per_s * 1e9 * k.WEIGHT_STREAM_EFFICIENCY.value)
+    # Optimizer step: read and write what it steps once (MemoryTerms.stepped).
+    opt = 2.0 * stepped_bytes / (mem_bw_gb_per_s * 1e9 * k.WEIGHT_STREAM_EFFICIENCY.value)
     step = compute_step + exposed + opt
     tokens_step = tokens_mb * m * n
     return StepTime(
