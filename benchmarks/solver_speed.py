@@ -317,8 +317,8 @@ def _big_catalog_rows(n: int, cold_runs: int = 5, runs: int = 1, first_runs: int
     RSS; the bundled catalog's cold load (median of fresh processes, import not counted). A first
     load parses the file and caches its columns; each of `first_runs` processes gets a cache
     folder of its own, so each is a first load. Then `runs` processes load the unchanged file from
-    the cache. One row per process (this machine's speed varies by a quarter from minute to
-    minute); each target is judged on the median of its rows, with the slowest shown beside it.
+    the cache. One row per process (this machine's speed varies by a quarter to a half from
+    minute to minute); each target is judged on the median of its rows, with the slowest shown beside it.
     cpu s: the process's CPU time, import included (threads add up)."""
     cold = sorted(_probe([])["load"] for _ in range(cold_runs))
     print(

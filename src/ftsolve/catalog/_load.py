@@ -810,17 +810,19 @@ def _fast_table(pd: Any, source: _StrictBytes, header: list[str], gpus: Mapping[
             low_memory=False,
         )
         blocks: list[list[NDArray[np.object_]]] = []  # parsed, not yet checked
+        n = 0  # their rows
         for block in itertools.chain(_parsed(chunks, len(header), rows), [None]):
             if block is not None:
                 blocks.append(block)
-                if sum(b[0].shape[0] for b in blocks) < _FAST_CHUNK_ROWS:
+                n += block[0].shape[0]
+                if n < _FAST_CHUNK_ROWS:
                     continue
             if not blocks:
                 break
-            n = sum(b[0].shape[0] for b in blocks)
             cells = {name: _distinct(pd, [b[i] for b in blocks]) for i, name in known.items()}
             blocks.clear()
             chunk = encode_chunk(cells, n, rules, built.vocabs)
+            n = 0
             for j in np.flatnonzero(chunk.doubt).tolist():
                 row = {name: str(distinct[rows[j]]) for name, (distinct, rows) in cells.items()}
                 try:

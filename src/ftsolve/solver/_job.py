@@ -443,8 +443,8 @@ class JobSpec(BaseModel):
         gt=k.HOST_SPEED_BOUNDS[0],
         le=k.HOST_SPEED_BOUNDS[1],
         title="Host CPU single-thread speed",
-        description="single-thread speed of the training host's CPU relative to an AMD EPYC 7742 (a datacenter "
-        "A100 host); the per-layer launch overhead scales with its inverse (a Ryzen 9 7950X desktop: 2.25)",
+        description=f"single-thread speed of the training host's CPU relative to an {k.REFERENCE_HOST} (a "
+        "datacenter A100 host); the per-layer launch overhead scales with its inverse (a Ryzen 9 7950X desktop: 2.25)",
         json_schema_extra=_cli("policy"),
     )
     download_mb_per_s: float = Field(

@@ -482,7 +482,8 @@ def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: 
     # when they are trained as well (PEFT modules_to_save keeps the original and a trainable copy).
     extra = sizes.embedding_params if opts.train_embeddings else 0.0
     cw, _, co = embedding_copy_bytes(opts)
-    adapters = np.where(full, 0.0, (sizes.lora_params * aw + extra * cw) / shard_w)
+    adapter_bytes = sizes.lora_params * aw + extra * cw  # unsharded
+    adapters = np.where(full, 0.0, adapter_bytes / shard_w)
     trainable = np.where(full, sizes.total_params, sizes.lora_params + extra)
     grad_bytes = _gradient_bytes(sizes, opts, full, g_b)
     grads = grad_bytes / shard_g
@@ -507,7 +508,7 @@ def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: 
     # its hook, or held in a FlatParameter of frozen weights) and the optimizer state, paged or not.
     # The frozen base is never stepped: torch optimizers step the parameters they were given, and
     # transformers' Trainer.create_optimizer gives them those that require grad.
-    trained = np.where(full, sizes.total_params * w_b, sizes.lora_params * aw + extra * cw)
+    trained = np.where(full, sizes.total_params * w_b, adapter_bytes)
     stepped = (trained + grad_bytes) / shard_o + optim
     return _States(
         weights=weights,
