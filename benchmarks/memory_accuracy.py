@@ -258,12 +258,15 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
     litgpt = src.startswith("litgpt")
     fp32_model = "fp32" in row["weight_precision"]
     swift = src.startswith("ms_swift")
-    if method == "full":
-        optimizer = "adamw-bf16" if litgpt or swift else "adamw"
-    elif method == "qlora" and litgpt:
-        optimizer = "paged-adamw"
-    else:
-        optimizer = "adamw-fp32" if fp32_model else "adamw"
+    # The stack's regime (_stacks.Stack.optimizer): LitGPT's config hub and ms-swift train full
+    # fine-tuning in bf16, the hf and DeepSpeed rows keep an fp32 master. LitGPT's QLoRA configs
+    # name bitsandbytes' paged AdamW; a model loaded in fp32 keeps fp32 adapters and states.
+    optimizer = "paged-adamw" if method == "qlora" and litgpt else "adamw-fp32" if fp32_model else None
+    if swift and method == "full":
+        # ms-swift's DeepSpeed runs too are predicted with the bf16 model's states, as they have been
+        # since they were added: DeepSpeed's bf16 optimizer keeps an fp32 master, but with it their
+        # figures come out 23-55% over (open: docs/stacks.md, "DeepSpeed ZeRO-3 states").
+        optimizer = "adamw-bf16"
     deepspeed = "zero" in shard_text or "deepspeed" in shard_text or "finetune_ds" in shard_text
     if deepspeed and n == 1:
         sharding = "zero3" if ("zero3" in shard_text or "finetune_ds" in shard_text) else "zero2"

@@ -588,3 +588,23 @@ def test_an_export_says_when_its_trainer_dequantizes_otherwise_than_the_plan_pri
     g = ftsolve.plan(gptq, CATALOG, top=1).plans[0]
     with pytest.raises(InvalidJobSpec, match="GPTQ checkpoint"):
         export_plan("torchtune", g, gptq, CATALOG)
+
+
+def test_a_full_fine_tuning_export_loads_the_model_in_the_precision_the_plan_priced() -> None:
+    # An fp32 master (the hf stack's regime) is the model loaded in fp32 under autocast; a regime
+    # without one (torchtune's) loads it in bf16. axolotl and torchtune always load bf16, so an
+    # export of an fp32-master plan to them says it keeps less than the plan priced.
+    hf = JobSpec(model="llama-3.2-1b", train_tokens=5_000_000, seq_len=1024, methods=("full",))
+    p = ftsolve.plan(hf, CATALOG, top=1).plans[0]
+    assert p.optimizer == "adamw"
+    assert dict(exports_of(p, hf, CATALOG))["transformers"]["_ftsolve"]["script"]["from_pretrained"]["dtype"] == (
+        "float32"
+    )
+    for target in ("axolotl", "torchtune"):
+        assert "keeps no fp32 master" in render_export(target, p, hf, CATALOG), target
+    tt = hf.model_copy(update={"stack": "torchtune"})
+    q = ftsolve.plan(tt, CATALOG, top=1).plans[0]
+    assert q.optimizer == "adamw-bf16"
+    script = dict(exports_of(q, tt, CATALOG))["transformers"]["_ftsolve"]["script"]
+    assert script["from_pretrained"]["dtype"] == "bfloat16"
+    assert not any("keeps no fp32 master" in render_export(t, q, tt, CATALOG) for t in ("axolotl", "torchtune"))

@@ -66,7 +66,7 @@ def test_the_script_is_python_and_carries_the_planned_configuration(fields: dict
     config = plan["config"]
     assert config["method"] == p.method and config["seq_len"] == job.seq_len
     assert config["micro_batch"] <= p.micro_batch and config["gradient_checkpointing"] == p.gradient_checkpointing
-    assert config["lora_rank"] == job.lora_rank and config["recipe"]["optimizer"] == job.optimizer
+    assert config["lora_rank"] == job.lora_rank and config["recipe"]["optimizer"] == job.memory_options().optimizer
     assert config["n_gpus"] == 1 and config["sharding"] == "none"
     assert plan["plan"]["stack"] == job.stack and plan["plan"]["gpu"] == p.gpu
     assert plan["hf_config"]["num_hidden_layers"] == probe.arch.num_layers == config["model"]["num_layers"]

@@ -14,7 +14,7 @@ from ftsolve.catalog import load_catalog
 from ftsolve.cli import cli
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import estimate_memory
-from ftsolve.solver._memory import MemoryOptions
+from ftsolve.solver._memory import OPTIMIZERS, MemoryOptions
 from ftsolve.solver._stacks import LOSS_BYTES_PER_LOGIT, STACKS
 from ftsolve.solver._throughput import utilization
 
@@ -83,6 +83,36 @@ def test_a_stack_fills_what_the_job_leaves_unset() -> None:
     own = ftsolve.JobSpec(model=L8, train_tokens=10**7, seq_len=2048, stack="torchtune", loss="fused")
     assert own.memory_options().loss == "fused"
     assert ftsolve.JobSpec(model=L8, train_tokens=10**7, seq_len=2048).memory_options().loss == "fp32-upcast"
+
+
+def test_full_fine_tuning_keeps_the_precision_its_stack_loads_the_model_in() -> None:
+    # transformers and DeepSpeed keep an fp32 master (16 B per parameter with AdamW's moments);
+    # torchtune, LitGPT's configs, axolotl, Unsloth and ms-swift load the model in bf16 and torch
+    # AdamW keeps its moments in the parameters' dtype: 2 + 2 + 4 = 8 B. A stated regime wins.
+    def state_gib(stack: str, **fields: Any) -> float:
+        job = ftsolve.JobSpec(model=L8, train_tokens=10**7, seq_len=2048, stack=stack, **fields)
+        c = estimate_memory(L8, method="full", options=job.memory_options()).components_gib
+        return c["weights"] + c["gradients"] + c["optimizer"]
+
+    params_gib = load_catalog(user=False).model(L8).total_params() / 2**30
+    assert state_gib("hf") == pytest.approx(16 * params_gib, rel=1e-3)
+    for stack in ("torchtune", "litgpt", "axolotl", "unsloth", "ms-swift"):
+        assert state_gib(stack) == pytest.approx(8 * params_gib, rel=1e-3), stack
+    assert state_gib("torchtune", optimizer="adamw") == pytest.approx(state_gib("hf"))
+    assert state_gib("hf", optimizer="adamw-bf16") == pytest.approx(state_gib("torchtune"))
+    assert all(s.optimizer in OPTIMIZERS for s in STACKS.values())
+
+
+def test_adapters_keep_their_own_dtypes_moments_whatever_the_models_regime() -> None:
+    # PEFT keeps ms-swift's and axolotl's adapters in fp32 beside a bf16 model: their AdamW
+    # moments are fp32 (8 B each), as under the hf stack; torchtune's bf16 adapters hold 4 B.
+    def adapter_state(stack: str) -> float:
+        job = ftsolve.JobSpec(model=L8, train_tokens=10**7, seq_len=2048, stack=stack)
+        return estimate_memory(L8, method="lora", options=job.memory_options()).components_gib["optimizer"]
+
+    assert adapter_state("ms-swift") == pytest.approx(adapter_state("hf"))
+    assert adapter_state("axolotl") == pytest.approx(adapter_state("hf"))
+    assert adapter_state("torchtune") == pytest.approx(adapter_state("hf") / 2)
 
 
 def _est(method: Method = "lora", ckpt: bool = False, **opts: Any) -> ftsolve.MemoryEstimate:

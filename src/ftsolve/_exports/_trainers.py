@@ -8,7 +8,7 @@ from typing import Any
 
 from ftsolve._errors import InvalidJobSpec
 from ftsolve._exports._recipe import PLACEHOLDER, TrainingRecipe, learning_rate
-from ftsolve.solver._memory import plan_upcasts
+from ftsolve.solver._memory import FP32_MASTER, plan_upcasts
 
 DATASET = f"{PLACEHOLDER}-with-your-dataset"
 DEEPSPEED_FILE = "deepspeed.json"
@@ -31,7 +31,7 @@ HF_OPTIMIZERS = {
 def hf_optimizer(r: TrainingRecipe) -> str:
     """transformers' `optim` for the plan: torch AdamW fused where the plan priced a fused step
     (the foreach `adamw_torch` holds a copy of the second moments through the step)."""
-    name = HF_OPTIMIZERS[r.job.optimizer]
+    name = HF_OPTIMIZERS[r.options.optimizer]
     return "adamw_torch_fused" if name == "adamw_torch" and r.options.optimizer_step == "fused" else name
 
 
@@ -82,8 +82,13 @@ def stack_notes(r: TrainingRecipe, target: str) -> list[str]:
         notes.append(f"torchtune shards with FSDP2 where the plan assumed {r.plan.sharding}")
     if torchtune and r.schedule.patience is not None:
         notes.append("torchtune's recipes do not stop early: they validate every run_val_every_n_steps steps")
-    if torchtune and r.plan.method == "full" and r.job.optimizer != "adamw-bf16":
-        notes.append("torchtune keeps full fine-tuning weights and AdamW states in bf16")
+    if (
+        target in ("torchtune", "axolotl")
+        and r.plan.method == "full"
+        and o.optimizer in FP32_MASTER
+        and r.parallel.backend != "deepspeed"
+    ):
+        notes.append(f"{target} loads the model in bf16: full fine-tuning keeps no fp32 master and its states in bf16")
     # torchtune quantizes to torchao's NF4 (fused under compile); the others load bitsandbytes.
     kernel = dataclasses.replace(o, quant_kernel="torchao" if torchtune else "bitsandbytes").dequant_kernel
     if r.plan.weight_precision == "nf4" and o.dequant_kernel != kernel:
@@ -263,6 +268,8 @@ def script_settings(r: TrainingRecipe) -> dict[str, Any]:
     p, job = r.plan, r.job
     model: dict[str, Any] = {"pretrained_model_name_or_path": r.base_model, "attn_implementation": r.attention}
     model["dtype"] = "bfloat16" if r.dtype == "bf16" else "float16"
+    if p.method == "full" and r.options.optimizer in FP32_MASTER:
+        model["dtype"] = "float32"  # the fp32 master the plan priced; bf16 or fp16 runs under autocast
     if p.weight_precision == "nf4":
         model["quantization_config"] = {
             "load_in_4bit": True,
@@ -346,7 +353,7 @@ def _torchtune_model(r: TrainingRecipe) -> tuple[str, str, str, str]:
 
 
 def _torchtune_optimizer(r: TrainingRecipe) -> dict[str, Any]:
-    out: dict[str, Any] = {"_component_": TORCHTUNE_OPTIMIZERS[r.job.optimizer], "lr": learning_rate(r)}
+    out: dict[str, Any] = {"_component_": TORCHTUNE_OPTIMIZERS[r.options.optimizer], "lr": learning_rate(r)}
     if out["_component_"] == "torch.optim.AdamW":
         out["fused"] = r.options.optimizer_step == "fused"
     return out

@@ -121,13 +121,13 @@ def _recipe_changes(job: JobSpec) -> list[tuple[str, JobValue, str]]:
     opts = job.memory_options()
     adapters = any(m in job.methods for m in ("lora", "qlora"))
     out: list[tuple[str, JobValue, str]] = []
-    if "full" in job.methods and job.optimizer in ("adamw", "adamw-fp32"):
+    if "full" in job.methods and opts.optimizer in ("adamw", "adamw-fp32"):
         out += [("optimizer", "adamw-8bit", "8-bit AdamW"), ("optimizer", "adamw-bf16", "pure bf16 AdamW")]
     if adapters and opts.adapter_dtype == "fp32":
         out.append(("adapter_dtype", "bf16", "bf16 adapters"))
-    if adapters and job.optimizer in ("adamw", "adamw-fp32"):
+    if adapters and opts.optimizer in ("adamw", "adamw-fp32", "adamw-bf16"):
         out.append(("optimizer", "paged-adamw-8bit", "paged 8-bit AdamW"))
-    if opts.optimizer_step != "fused" and job.optimizer in ("adamw", "adamw-fp32", "adamw-bf16"):
+    if opts.optimizer_step != "fused" and opts.optimizer in ("adamw", "adamw-fp32", "adamw-bf16"):
         out.append(("optimizer_step", "fused", "a fused AdamW step"))
     if opts.loss in ("fp32-upcast", "bf16"):
         out.append(("loss", "chunked", "chunked cross-entropy"))

@@ -134,10 +134,11 @@ class JobSpec(BaseModel):
         description="fine-tuning methods the planner may choose from",
         json_schema_extra=_cli("job"),
     )
-    optimizer: Optimizer = Field(
-        default="adamw",
+    optimizer: Optimizer | None = Field(
+        default=None,
         title="Optimizer regime",
-        description="optimizer and the precision of its state (adamw: fp32 master weights and moments)",
+        description="optimizer and the precision of its state (adamw: fp32 master weights and moments; "
+        "adamw-bf16: a bf16 model, moments in the parameters' dtype); default: the stack's",
         json_schema_extra=_cli("recipe"),
     )
     lora_rank: int = Field(

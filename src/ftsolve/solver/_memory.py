@@ -48,19 +48,24 @@ FULL_STATE_BYTES: dict[str, tuple[float, float, float]] = {
     "adafactor": (2.0, 2.0, 4.0),
 }
 OPTIMIZERS = tuple(FULL_STATE_BYTES)
+# Regimes whose full fine-tuning keeps an fp32 copy of every weight. Outside DeepSpeed that copy is
+# the model itself, loaded in fp32 and trained under autocast (4 + 4 bytes beside fp32 state: the
+# same total as the table's 2 + 2 + 12); the others train a model loaded in 16 bits.
+FP32_MASTER = frozenset({"adamw", "adamw-fp32", "paged-adamw", "sgd", "adafactor"})
 
 
 def adapter_state_bytes(optimizer: str, adapter_dtype: str) -> tuple[float, float, float]:
     """(weight, grad, optimizer) bytes per adapter parameter.
 
-    torch AdamW keeps its moments in the parameter's dtype; bitsandbytes paged 32-bit AdamW keeps
-    fp32 moments; 8-bit AdamW about 2.03 bytes (physics.md §2.2-2.3).
+    torch AdamW keeps its moments in the parameter's dtype, in every regime: `adamw-bf16` names a
+    model loaded in bf16, while PEFT may keep the adapters in fp32; bitsandbytes paged 32-bit AdamW
+    keeps fp32 moments; 8-bit AdamW about 2.03 bytes (physics.md §2.2-2.3).
     """
     w = 4.0 if adapter_dtype == "fp32" else 2.0
     opt = {
         "adamw": 2 * w,
         "adamw-fp32": 8.0,
-        "adamw-bf16": 4.0,
+        "adamw-bf16": 2 * w,
         "adamw-8bit": 2.03,
         "paged-adamw": 8.0,
         "paged-adamw-8bit": 2.03,
@@ -131,6 +136,7 @@ class MemoryOptions:
         s = STACKS[stack]
         fields: dict[str, Any] = {
             "stack": stack,
+            "optimizer": s.optimizer,
             "loss": s.loss,
             "adapter_dtype": s.adapter_dtype,
             "optimizer_in_backward": s.optimizer_in_backward,

@@ -81,6 +81,12 @@ class Stack:
     kbit_upcast: bool = False
     # The kernel its QLoRA recipes dequantize the 4-bit base with (MemoryOptions.quant_kernel).
     quant_kernel: QuantKernel = "bitsandbytes"
+    # Its optimizer regime (_memory.FULL_STATE_BYTES), which is the precision full fine-tuning
+    # keeps the model in: `adamw` for an fp32 master beside 16-bit compute (AMP on an fp32-loaded
+    # model, DeepSpeed's fp32 partitions), `adamw-bf16` where the model is loaded in bf16 and torch
+    # AdamW keeps its moments in the parameters' dtype (no master copy). Adapters keep their own
+    # dtype's moments either way.
+    optimizer: str = "adamw"
     sources: tuple[tuple[str, str], ...] = ()  # (fact, where the stack's source shows it)
 
 
@@ -181,7 +187,15 @@ STACKS: dict[str, Stack] = {
             fsdp_unsharded_accumulation=False,
             requires_bf16=True,
             quant_kernel="torchao",
+            optimizer="adamw-bf16",
             sources=(
+                (
+                    "full fine-tuning in bf16: no fp32 master, AdamW moments in bf16",
+                    "pytorch/torchtune recipes/configs/llama3_1/8B_full.yaml: dtype: bf16, optimizer: "
+                    "torch.optim.AdamW (fused); the model is built in that dtype (training.set_default_dtype). "
+                    "Its *_full_single_device configs choose bitsandbytes.optim.PagedAdamW8bit with "
+                    "optimizer_in_bwd: True instead (--optimizer paged-adamw-8bit --optimizer-in-backward)",
+                ),
                 (
                     "QLoRA dequantizes torchao's NF4 eagerly (int64 indices, many element-wise passes)",
                     "pytorch/torchtune torchtune/modules/peft/lora.py LoRALinear.forward: "
@@ -225,7 +239,15 @@ STACKS: dict[str, Stack] = {
             "fp32-upcast",
             "fp32",
             gradient_checkpointing=True,
+            optimizer="adamw-bf16",
             sources=(
+                (
+                    "the model loaded in bf16 (bf16: true): full fine-tuning without an fp32 master",
+                    "axolotl-ai-cloud/axolotl src/axolotl/utils/config/__init__.py normalize_config: "
+                    "`if cfg.bf16 or cfg.bfloat16: cfg.torch_dtype = torch.bfloat16`; loaders/model.py passes it "
+                    "as torch_dtype to from_pretrained (with DeepSpeed, its fp32 partitions hold a master: "
+                    "--stack deepspeed)",
+                ),
                 _HF_LOSS,
                 _PEFT_UPCAST,
                 _HF_OPTIM,
@@ -243,7 +265,13 @@ STACKS: dict[str, Stack] = {
             "fp32",
             gradient_checkpointing=True,
             activation_offload=True,
+            optimizer="adamw-bf16",
             sources=(
+                (
+                    "the model loaded in bf16 where the GPU has it: full fine-tuning without an fp32 master",
+                    "unslothai/unsloth unsloth/models/llama.py FastLlamaModel.from_pretrained: `if dtype is None: "
+                    "dtype = torch.float16 if not SUPPORTS_BFLOAT16 else torch.bfloat16`",
+                ),
                 (
                     "fused cross-entropy on bf16 logits, gradient in place",
                     "unslothai/unsloth unsloth/kernels/cross_entropy_loss.py fast_cross_entropy_loss",
@@ -264,7 +292,13 @@ STACKS: dict[str, Stack] = {
             "bf16",
             gradient_checkpointing=False,
             optimizer_step="foreach",
+            optimizer="adamw-bf16",
             sources=(
+                (
+                    "bf16-true full fine-tuning: no fp32 master, AdamW moments in bf16",
+                    "Lightning-AI/litgpt config_hub/finetune/llama-3.1-8b/full.yaml: precision: bf16-true, "
+                    "optimizer torch.optim.AdamW",
+                ),
                 (
                     "torch AdamW on its default foreach path",
                     "Lightning-AI/litgpt litgpt/utils.py instantiate_torch_optimizer: "
@@ -293,7 +327,13 @@ STACKS: dict[str, Stack] = {
             "fp32-upcast",
             "fp32",
             gradient_checkpointing=True,
+            optimizer="adamw-bf16",
             sources=(
+                (
+                    "the model loaded in its config's dtype (bf16): full fine-tuning without an fp32 master",
+                    "modelscope/ms-swift swift/llm/argument/base_args/model_args.py @00f5f5d: torch_dtype None "
+                    "takes model_info.torch_dtype (_init_torch_dtype) and sets bf16 mixed precision on top",
+                ),
                 (
                     "gradient checkpointing on by default",
                     "modelscope/ms-swift swift/llm/utils/argument.py SftArguments.gradient_checkpointing: "
