@@ -590,21 +590,51 @@ def test_an_export_says_when_its_trainer_dequantizes_otherwise_than_the_plan_pri
         export_plan("torchtune", g, gptq, CATALOG)
 
 
-def test_a_full_fine_tuning_export_loads_the_model_in_the_precision_the_plan_priced() -> None:
-    # An fp32 master (the hf stack's regime) is the model loaded in fp32 under autocast; a regime
-    # without one (torchtune's) loads it in bf16. axolotl and torchtune always load bf16, so an
-    # export of an fp32-master plan to them says it keeps less than the plan priced.
-    hf = JobSpec(model="llama-3.2-1b", train_tokens=5_000_000, seq_len=1024, methods=("full",))
+def test_a_full_fine_tuning_export_says_where_it_keeps_less_or_more_than_the_plan_priced() -> None:
+    # The hf stack prices an fp32 master. Unsharded, transformers and axolotl train the model as
+    # loaded (bf16) and torchtune always does, so each export says so; a regime without a master
+    # (torchtune's) needs no word. On a card without bf16 the transformers script loads fp32 (fp16
+    # autocast: GradScaler refuses fp16 gradients) and says its fp16 weight copies are not priced.
+    hf = JobSpec(model="llama-3.2-1b", train_tokens=5_000_000, seq_len=1024, methods=("full",), max_gpus=1)
     p = ftsolve.plan(hf, CATALOG, top=1).plans[0]
-    assert p.optimizer == "adamw"
-    assert dict(exports_of(p, hf, CATALOG))["transformers"]["_ftsolve"]["script"]["from_pretrained"]["dtype"] == (
-        "float32"
-    )
-    for target in ("axolotl", "torchtune"):
+    assert (p.optimizer, p.n_gpus) == ("adamw", 1)
+    script = dict(exports_of(p, hf, CATALOG))["transformers"]["_ftsolve"]["script"]
+    assert script["from_pretrained"]["dtype"] == "bfloat16"
+    for target in ("axolotl", "torchtune", "transformers"):
         assert "keeps no fp32 master" in render_export(target, p, hf, CATALOG), target
     tt = hf.model_copy(update={"stack": "torchtune"})
     q = ftsolve.plan(tt, CATALOG, top=1).plans[0]
     assert q.optimizer == "adamw-bf16"
-    script = dict(exports_of(q, tt, CATALOG))["transformers"]["_ftsolve"]["script"]
-    assert script["from_pretrained"]["dtype"] == "bfloat16"
-    assert not any("keeps no fp32 master" in render_export(t, q, tt, CATALOG) for t in ("axolotl", "torchtune"))
+    assert not any("fp32 master" in render_export(t, q, tt, CATALOG) for t in ("axolotl", "torchtune", "transformers"))
+    t4 = hf.model_copy(update={"gpus": ("t4", "v100-sxm2-16gb", "v100-sxm2-32gb"), "model": "qwen2.5-0.5b"})
+    r = ftsolve.plan(t4, CATALOG, top=1).plans[0]
+    assert dict(exports_of(r, t4, CATALOG))["transformers"]["_ftsolve"]["script"]["from_pretrained"]["dtype"] == (
+        "float32"
+    )
+    assert "fp16 copies of the weights are not in the plan" in render_export("transformers", r, t4, CATALOG)
+
+
+def test_a_bf16_stack_sharded_through_deepspeed_or_fsdp_is_priced_with_the_fp32_master_they_keep() -> None:
+    # axolotl loads bf16, but its ZeRO-1/2 plans run DeepSpeed and its multi-GPU ZeRO-3 plans
+    # accelerate's FSDP, which keep an fp32 master: priced and named `adamw`, as the hf stack's.
+    # torchtune's FSDP2 keeps bf16.
+    from ftsolve.solver._estimate import estimate_memory
+    from ftsolve.solver._memory import MemoryOptions
+
+    def states(stack: str, sharding: str) -> float:
+        opts = MemoryOptions.for_stack(stack)
+        est = estimate_memory("llama-3.1-8b", method="full", n_gpus=4, sharding=sharding, options=opts)
+        return sum(est.components_gib[c] for c in ("weights", "gradients", "optimizer"))
+
+    for sharding in ("zero1", "zero2", "zero3"):
+        assert states("axolotl", sharding) == pytest.approx(states("hf", sharding)), sharding
+        assert states("torchtune", sharding) < states("hf", sharding) - 5, sharding
+    assert states("axolotl", "ddp") < 0.6 * states("hf", "ddp")
+    job = JobSpec(
+        model="llama-3.1-8b", train_tokens=5_000_000, seq_len=1024, methods=("full",), stack="axolotl", gpus=("a100",)
+    )
+    sharded = [p for p in ftsolve.plan(job, CATALOG, top=10).plans if p.sharding != "none"]
+    assert sharded and all(p.optimizer == "adamw" for p in sharded)
+    p = sharded[0]
+    assert "fp32 master" not in render_export("axolotl", p, job, CATALOG)
+    assert "keeps no fp32 master" in render_export("torchtune", p, job, CATALOG)

@@ -14,7 +14,7 @@ from ftsolve.catalog import load_catalog
 from ftsolve.cli import cli
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import estimate_memory
-from ftsolve.solver._memory import OPTIMIZERS, MemoryOptions
+from ftsolve.solver._memory import OPTIMIZERS, MemoryOptions, adapter_state_bytes
 from ftsolve.solver._stacks import LOSS_BYTES_PER_LOGIT, STACKS
 from ftsolve.solver._throughput import utilization
 
@@ -110,6 +110,8 @@ def test_adapters_keep_their_own_dtypes_moments_whatever_the_models_regime() -> 
         job = ftsolve.JobSpec(model=L8, train_tokens=10**7, seq_len=2048, stack=stack)
         return estimate_memory(L8, method="lora", options=job.memory_options()).components_gib["optimizer"]
 
+    assert adapter_state_bytes("adamw-bf16", "fp32") == (4.0, 4.0, 8.0)
+    assert adapter_state_bytes("adamw-bf16", "bf16") == (2.0, 2.0, 4.0)
     assert adapter_state("ms-swift") == pytest.approx(adapter_state("hf"))
     assert adapter_state("axolotl") == pytest.approx(adapter_state("hf"))
     assert adapter_state("torchtune") == pytest.approx(adapter_state("hf") / 2)

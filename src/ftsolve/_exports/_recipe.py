@@ -63,6 +63,12 @@ class Parallel:
     offload_params: bool
     offload_optimizer: bool
 
+    @property
+    def keeps_master(self) -> bool:
+        """Whether the backend keeps an fp32 master of a 16-bit model: DeepSpeed's partitions, and
+        accelerate's FSDP mixed precision, which upcasts the flat parameters."""
+        return self.backend in ("deepspeed", "fsdp")
+
 
 @dataclass(frozen=True)
 class Schedule:

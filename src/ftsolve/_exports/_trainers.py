@@ -82,13 +82,19 @@ def stack_notes(r: TrainingRecipe, target: str) -> list[str]:
         notes.append(f"torchtune shards with FSDP2 where the plan assumed {r.plan.sharding}")
     if torchtune and r.schedule.patience is not None:
         notes.append("torchtune's recipes do not stop early: they validate every run_val_every_n_steps steps")
-    if (
-        target in ("torchtune", "axolotl")
-        and r.plan.method == "full"
-        and o.optimizer in FP32_MASTER
-        and r.parallel.backend != "deepspeed"
-    ):
-        notes.append(f"{target} loads the model in bf16: full fine-tuning keeps no fp32 master and its states in bf16")
+    # DeepSpeed's partitions and accelerate's FSDP keep an fp32 master for axolotl and transformers;
+    # otherwise they, and torchtune always, train the model as loaded, in 16 bits.
+    if r.plan.method == "full" and r.plan.optimizer in FP32_MASTER and (torchtune or not r.parallel.keeps_master):
+        if target == "transformers" and r.dtype == "fp16":
+            notes.append(
+                "transformers trains an fp32 model under fp16 autocast (GradScaler refuses fp16 gradients): "
+                "its fp16 copies of the weights are not in the plan"
+            )
+        else:
+            notes.append(
+                f"{target} loads the model in {r.dtype}: full fine-tuning keeps no fp32 master and its states "
+                f"in {r.dtype}, less than the plan priced"
+            )
     # torchtune quantizes to torchao's NF4 (fused under compile); the others load bitsandbytes.
     kernel = dataclasses.replace(o, quant_kernel="torchao" if torchtune else "bitsandbytes").dequant_kernel
     if r.plan.weight_precision == "nf4" and o.dequant_kernel != kernel:
@@ -268,8 +274,8 @@ def script_settings(r: TrainingRecipe) -> dict[str, Any]:
     p, job = r.plan, r.job
     model: dict[str, Any] = {"pretrained_model_name_or_path": r.base_model, "attn_implementation": r.attention}
     model["dtype"] = "bfloat16" if r.dtype == "bf16" else "float16"
-    if p.method == "full" and r.options.optimizer in FP32_MASTER:
-        model["dtype"] = "float32"  # the fp32 master the plan priced; bf16 or fp16 runs under autocast
+    if p.method == "full" and r.dtype == "fp16":
+        model["dtype"] = "float32"  # fp16 autocast: GradScaler refuses to unscale fp16 gradients
     if p.weight_precision == "nf4":
         model["quantization_config"] = {
             "load_in_4bit": True,

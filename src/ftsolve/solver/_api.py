@@ -19,7 +19,7 @@ from ftsolve.solver._explain import diagnose
 from ftsolve.solver._grid import CandidateTable, build_candidates
 from ftsolve.solver._items import item_specs, storage_source
 from ftsolve.solver._job import MARKETS, JobSpec
-from ftsolve.solver._memory import METHOD_NAMES, QUANT_NAMES, SHARD_NAMES
+from ftsolve.solver._memory import METHOD_NAMES, QUANT_NAMES, SHARD_NAMES, sharded_master
 from ftsolve.solver._money import money
 from ftsolve.solver._objectives import OBJECTIVES, objective_key, preference_terms
 from ftsolve.solver._plans import (
@@ -84,6 +84,13 @@ def plan(
     )
 
 
+def _regime(job: JobSpec, t: CandidateTable, i: int) -> str:
+    """The optimizer regime row i was priced with: the job's, or `adamw` where its backend brings
+    back the fp32 master of a model its stack loads in bf16 (_memory.sharded_master)."""
+    opts = job.memory_options()
+    return "adamw" if sharded_master(opts, t.method[i : i + 1], t.shard[i : i + 1])[0] else opts.optimizer
+
+
 def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int, nxt: int | None = None) -> Plan:
     """Candidate i of the table as the plan ranked `rank` (`best` is plan 1, `nxt` the next one)."""
     offer = t.offers[int(t.offer_idx[i])]
@@ -101,7 +108,7 @@ def plan_from_row(job: JobSpec, t: CandidateTable, i: int, rank: int, best: int,
         nodes=int(t.nodes[i]),
         method=METHOD_NAMES[int(t.method[i])],
         weight_precision=dtype_16 if quant == "16-bit" else quant,
-        optimizer=job.memory_options().optimizer,
+        optimizer=_regime(job, t, i),
         sharding=SHARD_NAMES[int(t.shard[i])],
         gradient_checkpointing=bool(t.ckpt[i]),
         micro_batch=int(t.micro_batch[i]),

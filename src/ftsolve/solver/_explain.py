@@ -121,8 +121,10 @@ def _recipe_changes(job: JobSpec) -> list[tuple[str, JobValue, str]]:
     opts = job.memory_options()
     adapters = any(m in job.methods for m in ("lora", "qlora"))
     out: list[tuple[str, JobValue, str]] = []
+    if "full" in job.methods and opts.optimizer in ("adamw", "adamw-fp32", "adamw-bf16"):
+        out.append(("optimizer", "adamw-8bit", "8-bit AdamW"))
     if "full" in job.methods and opts.optimizer in ("adamw", "adamw-fp32"):
-        out += [("optimizer", "adamw-8bit", "8-bit AdamW"), ("optimizer", "adamw-bf16", "pure bf16 AdamW")]
+        out.append(("optimizer", "adamw-bf16", "pure bf16 AdamW"))
     if adapters and opts.adapter_dtype == "fp32":
         out.append(("adapter_dtype", "bf16", "bf16 adapters"))
     if adapters and opts.optimizer in ("adamw", "adamw-fp32", "adamw-bf16"):

@@ -48,9 +48,8 @@ FULL_STATE_BYTES: dict[str, tuple[float, float, float]] = {
     "adafactor": (2.0, 2.0, 4.0),
 }
 OPTIMIZERS = tuple(FULL_STATE_BYTES)
-# Regimes whose full fine-tuning keeps an fp32 copy of every weight. Outside DeepSpeed that copy is
-# the model itself, loaded in fp32 and trained under autocast (4 + 4 bytes beside fp32 state: the
-# same total as the table's 2 + 2 + 12); the others train a model loaded in 16 bits.
+# Regimes whose full fine-tuning keeps an fp32 copy of every weight (DeepSpeed's and FSDP's fp32
+# parameters, the probe's masters); the others train a model loaded in 16 bits.
 FP32_MASTER = frozenset({"adamw", "adamw-fp32", "paged-adamw", "sgd", "adafactor"})
 
 
@@ -442,7 +441,7 @@ class _States:
     grad_bytes: F  # unsharded gradient bytes of what trains
     trainable: F  # trainable parameters
     base: F  # unsharded base weight bytes as stored
-    state_bytes: tuple[float, float, float]  # (weight, grad, optimizer) bytes per parameter, full FT
+    state_bytes: tuple[float, float, F]  # (weight, grad, optimizer) bytes per parameter, full FT
     dense: float  # bytes per dense weight: 4 for an fp32-loaded model, else 2
 
 
@@ -465,10 +464,18 @@ def plan_upcasts(opts: MemoryOptions, method: str, weight_precision: str, shardi
     return bool(kbit_upcast(opts, one(METHOD_NAMES.index(method)), one(quant), one(SHARD_NAMES.index(sharding)))[0])
 
 
+def sharded_master(opts: MemoryOptions, method: I, shard: I) -> B:
+    """Full fine-tuning of a model its stack loads in bf16 that the backend it shards or offloads
+    with gives an fp32 master again (_stacks.Stack.master_when_sharded): priced as `adamw`."""
+    out: B = (method == FULL) & (opts.optimizer == "adamw-bf16") & STACKS[opts.stack].master_when_sharded
+    return out & ((shard >= ZERO1) | opts.offload_optimizer | opts.offload_params)
+
+
 def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: I, n: F, upcast: B) -> _States:
     """Weights, adapters, gradients and optimizer state per GPU, sharded as the stage says."""
     full = method == FULL
-    w_b, g_b, o_b = FULL_STATE_BYTES[opts.optimizer]
+    w_b, g_b, plain_o_b = FULL_STATE_BYTES[opts.optimizer]
+    o_b: F = np.where(sharded_master(opts, method, shard), FULL_STATE_BYTES["adamw"][2], plain_o_b)
     if opts.framework == "deepspeed" and opts.optimizer in ("adamw", "paged-adamw"):
         # DeepSpeed accumulates gradients in fp32: 2 (bf16 weights) + 4 (fp32 grads) + 4 (fp32 master)
         # + 8 (moments) = 18 B/param, the comment of its estimate_zero2_model_states_mem_needs
@@ -531,7 +538,7 @@ def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: 
     )
 
 
-def _optimizer_step_bytes(sizes: ModelSizes, opts: MemoryOptions, st: _States, method: I) -> F:
+def _optimizer_step_bytes(sizes: ModelSizes, opts: MemoryOptions, st: _States, method: I, shard: I) -> F:
     """Temporaries of the optimizer step per GPU: copies of one moment of every trainable
     parameter of this GPU's optimizer shard (_stacks.OptimizerStep). Only torch's AdamW makes
     them; the 8-bit, paged, SGD and Adafactor optimizers update in place or per parameter."""
@@ -540,7 +547,8 @@ def _optimizer_step_bytes(sizes: ModelSizes, opts: MemoryOptions, st: _States, m
         return np.zeros_like(st.optim)
     # The state holds two moments per parameter, and for mixed-precision full fine-tuning an fp32
     # master beside them (FULL_STATE_BYTES "adamw": 4 + 8 bytes).
-    moments = np.where((method == FULL) & (opts.optimizer == "adamw"), 3.0, 2.0)
+    master = ((method == FULL) & (opts.optimizer == "adamw")) | sharded_master(opts, method, shard)
+    moments = np.where(master, 3.0, 2.0)
     per_copy = st.optim / moments
     if opts.optimizer_in_backward:
         # Stepped one parameter at a time in its gradient hook: one parameter's copy at most.
@@ -705,7 +713,7 @@ def memory_terms(
         static=static,
         per_sample={name: b(v) for name, v in _per_sample(sizes, opts, seq_len, method, quant, ckpt, upcast).items()},
         managed={"paged_optimizer": b(st.paged)},
-        step_temporaries=b(_optimizer_step_bytes(sizes, opts, st, method)),
+        step_temporaries=b(_optimizer_step_bytes(sizes, opts, st, method, shard)),
         stepped=b(st.stepped),
     )
 

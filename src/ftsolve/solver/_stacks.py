@@ -87,6 +87,11 @@ class Stack:
     # AdamW keeps its moments in the parameters' dtype (no master copy). Adapters keep their own
     # dtype's moments either way.
     optimizer: str = "adamw"
+    # Whether its sharded or offloaded full fine-tuning gets an fp32 master back from the backend
+    # it shards with (_exports._recipe.parallel_of): DeepSpeed's fp32 partitions, accelerate's FSDP
+    # mixed precision upcasting the flat parameters. torchtune's FSDP2 and LitGPT's bf16-true FSDP
+    # keep bf16.
+    master_when_sharded: bool = False
     sources: tuple[tuple[str, str], ...] = ()  # (fact, where the stack's source shows it)
 
 
@@ -240,6 +245,7 @@ STACKS: dict[str, Stack] = {
             "fp32",
             gradient_checkpointing=True,
             optimizer="adamw-bf16",
+            master_when_sharded=True,
             sources=(
                 (
                     "the model loaded in bf16 (bf16: true): full fine-tuning without an fp32 master",
@@ -266,6 +272,7 @@ STACKS: dict[str, Stack] = {
             gradient_checkpointing=True,
             activation_offload=True,
             optimizer="adamw-bf16",
+            master_when_sharded=True,
             sources=(
                 (
                     "the model loaded in bf16 where the GPU has it: full fine-tuning without an fp32 master",
@@ -328,6 +335,7 @@ STACKS: dict[str, Stack] = {
             "fp32",
             gradient_checkpointing=True,
             optimizer="adamw-bf16",
+            master_when_sharded=True,
             sources=(
                 (
                     "the model loaded in its config's dtype (bf16): full fine-tuning without an fp32 master",
