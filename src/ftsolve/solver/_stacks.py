@@ -197,7 +197,7 @@ STACKS: dict[str, Stack] = {
                 (
                     "full fine-tuning in bf16: no fp32 master, AdamW moments in bf16",
                     "pytorch/torchtune recipes/configs/llama3_1/8B_full.yaml: dtype: bf16, optimizer: "
-                    "torch.optim.AdamW (fused); the model is built in that dtype (training.set_default_dtype). "
+                    "torch.optim.AdamW; the model is built in that dtype (training.set_default_dtype). "
                     "Its *_full_single_device configs choose bitsandbytes.optim.PagedAdamW8bit with "
                     "optimizer_in_bwd: True instead (--optimizer paged-adamw-8bit --optimizer-in-backward)",
                 ),
@@ -251,8 +251,8 @@ STACKS: dict[str, Stack] = {
                     "the model loaded in bf16 (bf16: true): full fine-tuning without an fp32 master",
                     "axolotl-ai-cloud/axolotl src/axolotl/utils/config/__init__.py normalize_config: "
                     "`if cfg.bf16 or cfg.bfloat16: cfg.torch_dtype = torch.bfloat16`; loaders/model.py passes it "
-                    "as torch_dtype to from_pretrained (with DeepSpeed, its fp32 partitions hold a master: "
-                    "--stack deepspeed)",
+                    "as torch_dtype to from_pretrained (sharded through DeepSpeed or FSDP the backend keeps an fp32 "
+                    "master: master_when_sharded)",
                 ),
                 _HF_LOSS,
                 _PEFT_UPCAST,
