@@ -265,7 +265,7 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
     if swift and method == "full":
         # ms-swift's DeepSpeed runs too are predicted with the bf16 model's states, as they have been
         # since they were added: DeepSpeed's bf16 optimizer keeps an fp32 master, but with it their
-        # figures come out 23-55% over (open: docs/stacks.md, "DeepSpeed ZeRO-3 states").
+        # figures come out 12-55% over (open: docs/stacks.md, "DeepSpeed ZeRO-3 states").
         optimizer = "adamw-bf16"
     deepspeed = "zero" in shard_text or "deepspeed" in shard_text or "finetune_ds" in shard_text
     if deepspeed and n == 1:

@@ -443,6 +443,7 @@ class _States:
     base: F  # unsharded base weight bytes as stored
     state_bytes: tuple[float, float, F]  # (weight, grad, optimizer) bytes per parameter, full FT
     dense: float  # bytes per dense weight: 4 for an fp32-loaded model, else 2
+    master: B  # full fine-tuning whose state holds an fp32 master beside the moments (`adamw`)
 
 
 def kbit_upcast(opts: MemoryOptions, method: I, quant: I, shard: I) -> B:
@@ -475,7 +476,8 @@ def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: 
     """Weights, adapters, gradients and optimizer state per GPU, sharded as the stage says."""
     full = method == FULL
     w_b, g_b, plain_o_b = FULL_STATE_BYTES[opts.optimizer]
-    o_b: F = np.where(sharded_master(opts, method, shard), FULL_STATE_BYTES["adamw"][2], plain_o_b)
+    rebuilt = sharded_master(opts, method, shard)
+    o_b: F = np.where(rebuilt, FULL_STATE_BYTES["adamw"][2], plain_o_b)
     if opts.framework == "deepspeed" and opts.optimizer in ("adamw", "paged-adamw"):
         # DeepSpeed accumulates gradients in fp32: 2 (bf16 weights) + 4 (fp32 grads) + 4 (fp32 master)
         # + 8 (moments) = 18 B/param, the comment of its estimate_zero2_model_states_mem_needs
@@ -535,10 +537,11 @@ def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: 
         base=base,
         state_bytes=(w_b, g_b, o_b),
         dense=dense,
+        master=(full & (opts.optimizer == "adamw")) | rebuilt,
     )
 
 
-def _optimizer_step_bytes(sizes: ModelSizes, opts: MemoryOptions, st: _States, method: I, shard: I) -> F:
+def _optimizer_step_bytes(sizes: ModelSizes, opts: MemoryOptions, st: _States) -> F:
     """Temporaries of the optimizer step per GPU: copies of one moment of every trainable
     parameter of this GPU's optimizer shard (_stacks.OptimizerStep). Only torch's AdamW makes
     them; the 8-bit, paged, SGD and Adafactor optimizers update in place or per parameter."""
@@ -547,8 +550,7 @@ def _optimizer_step_bytes(sizes: ModelSizes, opts: MemoryOptions, st: _States, m
         return np.zeros_like(st.optim)
     # The state holds two moments per parameter, and for mixed-precision full fine-tuning an fp32
     # master beside them (FULL_STATE_BYTES "adamw": 4 + 8 bytes).
-    master = ((method == FULL) & (opts.optimizer == "adamw")) | sharded_master(opts, method, shard)
-    moments = np.where(master, 3.0, 2.0)
+    moments = np.where(st.master, 3.0, 2.0)
     per_copy = st.optim / moments
     if opts.optimizer_in_backward:
         # Stepped one parameter at a time in its gradient hook: one parameter's copy at most.
@@ -713,7 +715,7 @@ def memory_terms(
         static=static,
         per_sample={name: b(v) for name, v in _per_sample(sizes, opts, seq_len, method, quant, ckpt, upcast).items()},
         managed={"paged_optimizer": b(st.paged)},
-        step_temporaries=b(_optimizer_step_bytes(sizes, opts, st, method, shard)),
+        step_temporaries=b(_optimizer_step_bytes(sizes, opts, st)),
         stepped=b(st.stepped),
     )
 
