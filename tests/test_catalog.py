@@ -89,3 +89,23 @@ def test_bad_offer_files_name_file_row_and_field(tmp_path: Path, body: str, head
     with pytest.raises(CatalogError, match=r"offers\.csv") as info:
         ftsolve.load_catalog(path)
     assert message in str(info.value)
+
+
+def test_the_bundled_files_are_read_once_and_no_catalog_changes_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ftsolve.catalog import _load
+
+    first = ftsolve.load_catalog(user=False)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the bundled offers were read again")
+
+    monkeypatch.setattr(_load, "read_offer_table", refuse)
+    monkeypatch.setattr(_load, "_table", refuse)
+    again = ftsolve.load_catalog(user=False)
+    assert again.offers == first.offers
+    # Each load has a GPU dict of its own, and the shared columns refuse writes.
+    again.gpus.pop("h100-sxm")  # type: ignore[attr-defined]
+    assert "h100-sxm" in ftsolve.load_catalog(user=False).gpus and "h100-sxm" in load_gpus()
+    with pytest.raises(ValueError, match="read-only"):
+        again.offers.numbers["on_demand_usd_per_gpu_hour"][0] = 0.0
+    assert ftsolve.estimate_time("llama-3.1-8b", "h100-sxm").tokens_per_s_per_gpu > 0

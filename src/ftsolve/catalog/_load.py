@@ -14,7 +14,7 @@ import queue
 import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from functools import cached_property
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, cast
@@ -186,7 +186,14 @@ def _num(value: str) -> float | None:
 
 
 def load_gpus() -> dict[str, GpuSpec]:
-    """The bundled GPU table (gpus.csv, provenance in its `source` column)."""
+    """The bundled GPU table (gpus.csv, provenance in its `source` column), a dict of its own."""
+    return dict(_bundled_gpus())
+
+
+# The bundled files are package data: parsed once per process. A library caller estimating in a
+# loop (estimate_time without a catalog) read them on every call, ~30 ms each.
+@cache
+def _bundled_gpus() -> dict[str, GpuSpec]:
     gpus = {}
     for _, row in _table(_read_text("gpus.csv"), "bundled gpus.csv")[1]:
         tflops = _num(row["bf16_dense_tflops"]) or _num(row["fp16_dense_tflops"])
@@ -209,6 +216,16 @@ def load_gpus() -> dict[str, GpuSpec]:
             source=row["source"],
         )
     return gpus
+
+
+@cache
+def _bundled_table() -> OfferTable:
+    """The bundled offers' columns, shared by every catalog: read-only, so no catalog can change
+    another's."""
+    table = read_offer_table(_read_text("offers.csv"), "bundled offers.csv", _bundled_gpus())
+    for array in (*table.codes.values(), *table.numbers.values(), table.gpus_per_node):
+        array.flags.writeable = False
+    return table
 
 
 def parse_offers(text: str, origin: str, gpus: Mapping[str, GpuSpec]) -> list[Offer]:
@@ -433,7 +450,7 @@ def load_catalog(offers_path: str | Path | None = None, *, replace: bool = False
     gpus = load_gpus()
     layers: list[OfferTable] = []
     if not (replace and offers_path is not None):
-        layers.append(read_offer_table(_read_text("offers.csv"), "bundled offers.csv", gpus))
+        layers.append(_bundled_table())
         user_path = user_catalog_path()
         if user and user_path.exists():
             layers.append(user_offer_table(user_path, gpus))
