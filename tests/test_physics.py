@@ -419,3 +419,28 @@ def test_stacks_state_how_their_optimizer_steps() -> None:
     assert STACKS["torchtune"].optimizer_step == "fused"  # its configs set fused: True
     assert MemoryOptions.for_stack("litgpt").optimizer_step == "foreach"
     assert MemoryOptions.for_stack("litgpt", optimizer_step="fused").optimizer_step == "fused"
+
+
+def test_a_softcapped_head_keeps_one_more_16_bit_logits_tensor_unless_the_loss_is_fused() -> None:
+    from ftsolve.catalog import arch_from_config
+
+    gemma2 = ftsolve.load_catalog(user=False).model("gemma-2-9b")
+    assert gemma2.logit_softcap
+    plain = gemma2.model_copy(update={"logit_softcap": False})
+    s, b = 4096, 2
+    from ftsolve.solver._memory import dynamic_factor
+
+    extra = s * b * gemma2.vocab_size * 2.0 / 2**30 * dynamic_factor()  # tanh's bf16 output, GiB, planned
+
+    def logits(arch: object, loss: str) -> float:
+        opts = MemoryOptions.for_stack("hf", loss=loss)
+        est = ftsolve.estimate_memory(arch, method="lora", seq_len=s, micro_batch=b, options=opts)  # type: ignore[arg-type]
+        return est.components_gib["logits"]
+
+    assert logits(gemma2, "bf16") - logits(plain, "bf16") == pytest.approx(extra, rel=0.01)
+    assert logits(gemma2, "fused") == pytest.approx(logits(plain, "fused"))
+    # Read from config.json: Gemma-2 sets final_logit_softcapping, Gemma-3 leaves it null.
+    cfg = {"model_type": "gemma2", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 1000, "final_logit_softcapping": 30.0}
+    assert arch_from_config(cfg, "g2").logit_softcap
+    assert not arch_from_config(cfg | {"final_logit_softcapping": None}, "g3").logit_softcap

@@ -303,6 +303,10 @@ class ModelArch(_Frozen):
     vocab_size: int = Field(gt=0)
     tie_word_embeddings: bool = False
     attention_bias: bool = False
+    logit_softcap: bool = Field(
+        default=False,
+        description="final_logit_softcapping is set (Gemma-2): the logits pass through tanh before the loss",
+    )
     gated_mlp: bool = True
     num_experts: int = Field(default=1, ge=1, description="routed experts per sparse layer (1: dense)")
     experts_per_token: int = Field(default=1, ge=1, description="routed experts a token uses (num_experts_per_tok)")

@@ -313,6 +313,7 @@ PRESETS: tuple[ModelArch, ...] = (
         intermediate_size=9216,
         vocab_size=256000,
         tie_word_embeddings=True,
+        logit_softcap=True,  # config.json: final_logit_softcapping 30.0
     ),
     _m(
         "gemma-2-9b",
@@ -327,6 +328,7 @@ PRESETS: tuple[ModelArch, ...] = (
         intermediate_size=14336,
         vocab_size=256000,
         tie_word_embeddings=True,
+        logit_softcap=True,  # config.json: final_logit_softcapping 30.0
     ),
     # Phi-3
     _m(

@@ -184,6 +184,7 @@ class ModelSizes:
     intermediate: int
     experts_per_token: int
     gated: bool
+    logit_softcap: bool = False
 
     @classmethod
     def of(cls, arch: ModelArch, lora_rank: int, lora_targets: str, framework: str = "hf") -> ModelSizes:
@@ -212,6 +213,7 @@ class ModelSizes:
             intermediate=arch.expert_intermediate,
             experts_per_token=max(1, round(arch.mlp_width_per_token() / arch.expert_intermediate)),
             gated=arch.gated_mlp,
+            logit_softcap=arch.logit_softcap,
         )
 
     def activation_units(
@@ -645,6 +647,13 @@ def _activation_units(sizes: ModelSizes, opts: MemoryOptions, seq_len: int, meth
     return out
 
 
+def _softcap_bytes(sizes: ModelSizes, opts: MemoryOptions) -> float:
+    """Bytes per logit value a softcapped head adds: logits / cap, tanh, * cap (Gemma-2 in
+    transformers' Gemma2ForCausalLM, LitGPT's do_softcapping) keep tanh's 16-bit output for
+    backward beside the logits the loss takes. A fused loss caps inside its chunks."""
+    return 2.0 if sizes.logit_softcap and opts.loss != "fused" else 0.0
+
+
 def _per_sample(
     sizes: ModelSizes, opts: MemoryOptions, seq_len: int, method: I, quant: I, ckpt: I, upcast: B
 ) -> dict[str, F]:
@@ -654,7 +663,7 @@ def _per_sample(
     # made the embeddings fp32 (the residual adds then stay fp32 through the stack).
     layer_input = np.where(upcast, 4.0, 2.0) * s * h
     per_layer = _activation_units(sizes, opts, seq_len, method, quant) * s * h
-    logit_total = s * sizes.vocab * LOSS_BYTES_PER_LOGIT[opts.loss]
+    logit_total = s * sizes.vocab * (LOSS_BYTES_PER_LOGIT[opts.loss] + _softcap_bytes(sizes, opts))
     # Without checkpointing every layer's activations are alive when the logits are. With it,
     # the stored layer inputs are, but the one re-materialized layer comes after the loss and
     # lm_head backward have freed the logits: that phase needs only what exceeds them.
