@@ -220,8 +220,8 @@ def _optimizer_step(row: dict[str, str], stack: str) -> str | None:
 # Sources whose rows are in measured.csv but not yet in the headline, and why; `--with-pending`
 # evaluates them too (the figures docs/stacks.md quotes for them).
 PENDING: dict[str, str] = {
-    "universal_llm_trainer": "pending (added 2026-12-03): the model predicts its FSDP1 CPU-offload runs 19-45% under "
-    "and does not count the softcapped logits of its Gemma-2 runs (docs/stacks.md)",
+    "universal_llm_trainer": "pending (added 2026-12-03): the model predicts its FSDP1 CPU-offload runs "
+    "19-45% under; the sharded gradients they hold on the GPU are not yet priced (docs/stacks.md)",
 }
 _with_pending = False
 

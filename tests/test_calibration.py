@@ -437,3 +437,13 @@ def test_a_run_on_a_faster_host_is_fitted_with_its_host_and_ids_of_older_records
     del older["config"]["host_speed"]
     assert record_id(m) == hashlib.sha256(json.dumps(older, separators=(",", ":")).encode()).hexdigest()[:16]
     assert record_id(fast) != record_id(m)
+    # An architecture given in full digests as before ModelArch had logit_softcap, unless it is set.
+    arch = CATALOG.model("llama-3.1-8b")
+    with_arch = m.model_copy(update={"config": m.config.model_copy(update={"model": arch})})
+    older = json.loads(with_arch.model_dump_json())
+    del older["config"]["host_speed"], older["config"]["model"]["logit_softcap"]
+    assert record_id(with_arch) == hashlib.sha256(json.dumps(older, separators=(",", ":")).encode()).hexdigest()[:16]
+    capped = arch.model_copy(update={"logit_softcap": True})
+    assert record_id(with_arch.model_copy(update={"config": m.config.model_copy(update={"model": capped})})) != (
+        record_id(with_arch)
+    )

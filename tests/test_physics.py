@@ -444,3 +444,9 @@ def test_a_softcapped_head_keeps_one_more_16_bit_logits_tensor_unless_the_loss_i
            "intermediate_size": 128, "vocab_size": 1000, "final_logit_softcapping": 30.0}
     assert arch_from_config(cfg, "g2").logit_softcap
     assert not arch_from_config(cfg | {"final_logit_softcapping": None}, "g3").logit_softcap
+    # transformers' Gemma2Config caps by default where the file omits the field.
+    assert arch_from_config({k2: v for k2, v in cfg.items() if k2 != "final_logit_softcapping"}, "g2").logit_softcap
+    # torchtune's Gemma-2 caps the hidden states before the output projection, not the logits.
+    tt = MemoryOptions.for_stack("torchtune")
+    same = [ftsolve.estimate_memory(a, method="lora", seq_len=s, micro_batch=b, options=tt) for a in (gemma2, plain)]
+    assert same[0].components_gib["logits"] == pytest.approx(same[1].components_gib["logits"])

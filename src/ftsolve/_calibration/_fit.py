@@ -22,10 +22,11 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from ftsolve._calibration._records import Measurement
 from ftsolve._calibration._store import Calibration, Correction, StoredRecord
-from ftsolve.catalog import Catalog, load_catalog
+from ftsolve.catalog import Catalog, ModelArch, load_catalog
 from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import MemoryEstimate, estimate_memory, estimate_time
 
@@ -46,8 +47,14 @@ TRANSFER_BAND = k.Coefficient(
 
 def record_id(m: Measurement) -> str:
     """A short digest of the measurement: the same record calibrated twice counts once. A run on the
-    reference host digests as it did before RunConfig had a host speed."""
-    exclude = {"config": {"host_speed"}} if m.config.host_speed == 1.0 else None
+    reference host, of an architecture without a softcapped head, digests as it did before RunConfig
+    had a host speed and ModelArch a logit_softcap."""
+    config: dict[str, Any] = {}
+    if m.config.host_speed == 1.0:
+        config["host_speed"] = True
+    if isinstance(m.config.model, ModelArch) and not m.config.model.logit_softcap:
+        config["model"] = {"logit_softcap": True}
+    exclude = {"config": config} if config else None
     return hashlib.sha256(m.model_dump_json(exclude=exclude).encode("utf-8")).hexdigest()[:16]
 
 

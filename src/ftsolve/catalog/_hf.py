@@ -236,7 +236,8 @@ def arch_from_config(cfg: dict[str, Any], name: str, where: str = "config.json")
             vocab_size=vocab,
             tie_word_embeddings=bool(tied),
             attention_bias=bias,
-            logit_softcap=cfg.get("final_logit_softcapping") is not None,
+            # transformers' Gemma2Config defaults final_logit_softcapping to 30.0 where the file omits it.
+            logit_softcap=cfg.get("final_logit_softcapping", 30.0 if model_type == "gemma2" else None) is not None,
             gated_mlp=model_type not in _NOT_GATED,
             **_experts(cfg, model_type, layers, where),
             **_latent_attention(cfg, model_type, where),
