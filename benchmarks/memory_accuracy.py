@@ -196,7 +196,19 @@ def _liger(row: dict[str, str]) -> bool:
     return "liger" in text and not any(t in text for t in ("no liger", "liger was off", "liger off"))
 
 
-def _fused(row: dict[str, str]) -> str | None:
+def _loss(row: dict[str, str], arch: ModelArch, method: str) -> str | None:
+    """How the source's loss holds the logits; None: the stack's default.
+
+    Qwen-1's remote modelling code takes the cross-entropy of bf16 logits (modeling_qwen.py:
+    CrossEntropyLoss on lm_logits without .float()); transformers' own models upcast.
+    universal-llm-trainer calls the forward without labels, so transformers keeps bf16 logits; its
+    QLoRA keeps lm_head in fp32 without autocast: fp32 logits, priced as the upcast loss's.
+    """
+    ult = row["source_key"] == "universal_llm_trainer"
+    if ult and method == "qlora":
+        return "fp32-upcast"
+    if arch.family == "qwen" or ult:
+        return "bf16"
     return "fused" if _liger(row) else None
 
 
@@ -308,11 +320,7 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         stack,
         optimizer=optimizer,
         adapter_dtype="fp32" if fp32_model else None,
-        # Qwen-1's remote modelling code takes the cross-entropy of bf16 logits (modeling_qwen.py:
-        # CrossEntropyLoss on lm_logits without .float()); transformers' own models upcast.
-        # universal-llm-trainer calls the forward without labels, so transformers keeps bf16 logits.
-        # Its QLoRA keeps lm_head in fp32 without autocast: fp32 logits, priced as the upcast loss's.
-        loss="fp32-upcast" if ult and method == "qlora" else "bf16" if arch.family == "qwen" or ult else _fused(row),
+        loss=_loss(row, arch, method),
         # Alpaca (LitGPT resource tables) and ms-swift's datasets come in batches of varying length.
         variable_length=src in ("litgpt_resource_tables",) or swift,
         lora_targets=targets,

@@ -650,9 +650,9 @@ def _activation_units(sizes: ModelSizes, opts: MemoryOptions, seq_len: int, meth
 def _softcap_bytes(sizes: ModelSizes, opts: MemoryOptions) -> float:
     """Bytes per logit value a softcapped head adds: logits / cap, tanh, * cap (Gemma-2 in
     transformers' Gemma2ForCausalLM, LitGPT's do_softcapping) keep tanh's 16-bit output for
-    backward beside the logits the loss takes. A fused loss caps inside its chunks; torchtune's
-    Gemma-2 caps the hidden states before its output projection (Gemma2FinalNorm), not the logits."""
-    capped = sizes.logit_softcap and opts.loss != "fused" and opts.stack != "torchtune"
+    backward beside the logits the loss takes. A fused loss caps inside its chunks; some stacks cap
+    the hidden states instead (Stack.softcaps_logits)."""
+    capped = sizes.logit_softcap and opts.loss != "fused" and STACKS[opts.stack].softcaps_logits
     return 2.0 if capped else 0.0
 
 

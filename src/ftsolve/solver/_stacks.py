@@ -92,6 +92,10 @@ class Stack:
     # mixed precision upcasting the flat parameters. torchtune's FSDP2 and LitGPT's bf16-true FSDP
     # keep bf16.
     master_when_sharded: bool = False
+    # Where a softcapped model (Gemma-2) caps: on the logits (transformers' Gemma2ForCausalLM,
+    # LitGPT's do_softcapping), which keeps one more logits-size tensor, or on the hidden states
+    # before the output projection.
+    softcaps_logits: bool = True
     sources: tuple[tuple[str, str], ...] = ()  # (fact, where the stack's source shows it)
 
 
@@ -193,7 +197,13 @@ STACKS: dict[str, Stack] = {
             requires_bf16=True,
             quant_kernel="torchao",
             optimizer="adamw-bf16",
+            softcaps_logits=False,
             sources=(
+                (
+                    "Gemma-2's final softcap on the hidden states, not the logits",
+                    "pytorch/torchtune torchtune/models/gemma2/_component_builders.py Gemma2FinalNorm: "
+                    "rms_norm, then TanhSoftCapping(final_capping_value), before the output projection",
+                ),
                 (
                     "full fine-tuning in bf16: no fp32 master, AdamW moments in bf16",
                     "pytorch/torchtune recipes/configs/llama3_1/8B_full.yaml: dtype: bf16, optimizer: "
