@@ -239,6 +239,51 @@ def test_accelerate_configs_load_and_every_node_gets_its_rank_and_the_head(
     assert multi >= 1
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_fsdp_version_the_plan_priced_is_the_one_accelerate_runs(
+    version: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launch = pytest.importorskip("accelerate.commands.launch")
+    import accelerate.utils.dataclasses as accelerate_dataclasses
+    import torch
+    from accelerate.utils.launch import prepare_multi_gpu_env
+
+    job = JobSpec(
+        model="llama-3.1-70b",
+        train_tokens=20_000_000,
+        seq_len=2048,
+        methods=("lora",),
+        max_gpus=8,
+        gpus=("h100-sxm",),
+        fsdp_version=version,
+    )
+    p = next(p for p in ftsolve.plan(job, CATALOG, top=5).plans if p.sharding == "zero3" and p.n_gpus > 1)
+    (tmp_path / "accelerate.yaml").write_text(yaml.safe_dump(export_plan("accelerate", p, job, CATALOG)))
+    parsed = launch.launch_command_parser().parse_args(["--config_file", str(tmp_path / "accelerate.yaml"), "t.py"])
+    for name, value in prepare_multi_gpu_env(launch._validate_launch_command(parsed)[0]).items():
+        monkeypatch.setenv(name, value)
+    # accelerate's FSDP plugin reads the launch environment as on the training machine (one CUDA device).
+    monkeypatch.setattr(accelerate_dataclasses, "is_cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    plugin = accelerate_dataclasses.FullyShardedDataParallelPlugin()
+    assert plugin.fsdp_version == version
+    if version == 1:
+        assert plugin.sharding_strategy.name == "FULL_SHARD" and plugin.use_orig_params and plugin.sync_module_states
+    else:
+        assert plugin.reshard_after_forward is True
+    check_axolotl(export_plan("axolotl", p, job, CATALOG))
+    args = check_training_args(export_plan("transformers", p, job, CATALOG))
+    assert args["fsdp_config"]["version"] == version
+    assert ("reshard_after_forward" in args["fsdp_config"]) == (version == 2)
+
+
+def test_torchtune_refuses_fsdp1() -> None:
+    args = ["--model", "llama-3.1-8b", "--tokens", "5M", "--seq-len", "2048", "--stack", "torchtune"]
+    result = CliRunner().invoke(cli, ["plan", *args, "--fsdp-version", "1"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert result.output.strip().endswith("torchtune shards with FSDP2 only: set fsdp_version to 2"), result.output
+
+
 # --- axolotl ---------------------------------------------------------------------------------
 
 AXOLOTL_SCHEMA: dict[str, Any] = json.loads((FIXTURES / "axolotl_schema_v0.18.0.json").read_text())
@@ -267,7 +312,11 @@ def check_axolotl(cfg: dict[str, Any]) -> None:
     if cfg.get("activation_offloading"):
         assert cfg["gradient_checkpointing"] or fsdp_ckpt
     assert cfg["val_set_size"] < 1 or cfg["val_set_size"] >= 2  # 1 would mean the whole dataset
-    assert "fsdp_config" not in cfg or cfg["fsdp_version"] == 2
+    if "fsdp_config" in cfg:  # FSDP2 reshards by a bool; FSDP1 takes FULL_SHARD and keeps original parameters
+        assert cfg["fsdp_version"] in (1, 2)
+        fsdp = cfg["fsdp_config"]
+        assert ("reshard_after_forward" in fsdp) == (cfg["fsdp_version"] == 2)
+        assert fsdp.get("use_orig_params", False) == fsdp.get("sync_module_states", False) == (cfg["fsdp_version"] == 1)
 
 
 def test_axolotl_exports_of_the_readme_plans_fit_axolotls_schema() -> None:
@@ -512,7 +561,7 @@ def test_quotes_and_hashes_in_a_launchable_offers_names_round_trip(sky: Any, tmp
 
 def test_export_out_dir_writes_one_folder_per_plan_with_what_the_task_ships(tmp_path: Path) -> None:
     args = ["--model", "llama-3.1-70b", "--tokens", "200M", "--seq-len", "4096", "--methods", "full"]
-    args += ["--deadline", "48h", "--early-stop-patience", "2"]
+    args += ["--deadline", "48h", "--early-stop-patience", "2", "--gpus", "b300,b200,h200-sxm"]  # SkyPilot knows all
     ranks = ["--rank", "1", "--rank", "3"]
     result = CliRunner().invoke(cli, ["export", "skypilot", *args, *ranks, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output

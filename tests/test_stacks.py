@@ -138,6 +138,26 @@ def test_optimizer_in_backward_keeps_one_gradient_alive() -> None:
     assert plain.components_gib["gradients"] > 10 * fused.components_gib["gradients"]
 
 
+@pytest.mark.parametrize(("method", "optimizer"), [("full", "adamw-bf16"), ("full", "adamw"), ("lora", "adamw")])
+def test_fsdp1_cpu_offload_keeps_every_gradient_shard_on_the_gpu_until_backward_ends(
+    method: Method, optimizer: str
+) -> None:
+    def est(stack: str = "hf", **opts: Any) -> ftsolve.MemoryEstimate:
+        options = MemoryOptions.for_stack(stack, optimizer=optimizer, **opts)
+        return estimate_memory(L8, method=method, seq_len=4096, n_gpus=4, sharding="zero3", options=options)
+
+    on_gpu = est().components_gib
+    fsdp1, fsdp2 = (est(offload_params=True, fsdp_version=v).components_gib for v in (1, 2))
+    # The parameters wait in CPU memory either way; FSDP1's gradient shards, the same bytes as
+    # the sharded gradients of an FSDP run without offload, stay until backward ends.
+    assert fsdp1["weights"] == fsdp2["weights"] == 0.0
+    assert fsdp1["gradients"] == pytest.approx(on_gpu["gradients"], rel=1e-9) and on_gpu["gradients"] > 0
+    assert fsdp2["gradients"] == 0.0
+    assert est("deepspeed", offload_params=True, fsdp_version=1).components_gib["gradients"] == 0.0
+    with pytest.raises(ValueError, match="fsdp_version"):
+        MemoryOptions(fsdp_version=3)
+
+
 def test_activation_offload_keeps_two_layers_on_the_gpu() -> None:
     kept = _est(activation_offload=True).components_gib["activations"]
     all_layers = _est().components_gib["activations"]

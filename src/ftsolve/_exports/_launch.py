@@ -8,7 +8,7 @@ import shlex
 from typing import Any
 
 from ftsolve._errors import InvalidJobSpec
-from ftsolve._exports._recipe import CHECKPOINT_MOUNT, MAIN_PROCESS_PORT, PLACEHOLDER, TrainingRecipe
+from ftsolve._exports._recipe import CHECKPOINT_MOUNT, FSDP1_EXTRAS, MAIN_PROCESS_PORT, PLACEHOLDER, TrainingRecipe
 from ftsolve._exports._switch import CAPACITY_ENV, LAUNCH_FILE, SWITCH_FILE, carries_switch
 from ftsolve._exports._text import clean
 from ftsolve.catalog._models import Offer
@@ -249,16 +249,18 @@ def accelerate_config(r: TrainingRecipe) -> dict[str, Any]:
     if p.nodes > 1:
         cfg |= {"main_process_port": MAIN_PROCESS_PORT, "rdzv_backend": "static", "same_network": True}
     if par.backend == "fsdp":
+        v1 = r.job.fsdp_version == 1
         cfg["fsdp_config"] = {
-            "fsdp_version": 2,
+            "fsdp_version": r.job.fsdp_version,
             "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "fsdp_transformer_layer_cls_to_wrap": r.layer_class or f"{PLACEHOLDER}-with-the-decoder-layer-class",
-            "fsdp_reshard_after_forward": True,
+            # accelerate takes FSDP1's sharding strategy by name and refuses a bool for it.
+            "fsdp_reshard_after_forward": "FULL_SHARD" if v1 else True,
             "fsdp_offload_params": par.offload_params,
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
             "fsdp_activation_checkpointing": r.checkpointing == "fsdp",
             "fsdp_cpu_ram_efficient_loading": True,
-        }
+        } | ({f"fsdp_{k}": v for k, v in FSDP1_EXTRAS.items()} if v1 else {})
     elif par.backend == "deepspeed":
         cfg["deepspeed_config"] = {
             "zero_stage": par.zero_stage,

@@ -28,6 +28,12 @@ PLACEHOLDER = "REPLACE"
 CHECKPOINT_MOUNT = "/checkpoints"
 # Rendezvous port of the head node (torchrun's and accelerate's default).
 MAIN_PROCESS_PORT = 29500
+# What an FSDP1 config (JobSpec.fsdp_version 1) adds: a decoder layer's flat parameter holds LoRA's
+# trainable and frozen weights together, which FullyShardedDataParallel accepts only with the
+# original parameters kept, and loading on rank 0 alone (cpu_ram_efficient_loading) needs the
+# module states broadcast (accelerate utils/dataclasses.py FullyShardedDataParallelPlugin). FSDP2
+# needs neither.
+FSDP1_EXTRAS = {"use_orig_params": True, "sync_module_states": True}
 # Evaluations over a run when the plan has no checkpoint cadence to evaluate at (on-demand).
 EVALS_PER_RUN = 10
 

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from ftsolve._errors import InvalidJobSpec
-from ftsolve._exports._recipe import PLACEHOLDER, TrainingRecipe, learning_rate
+from ftsolve._exports._recipe import FSDP1_EXTRAS, PLACEHOLDER, TrainingRecipe, learning_rate
 from ftsolve.solver._memory import FP32_MASTER, plan_upcasts
 
 DATASET = f"{PLACEHOLDER}-with-your-dataset"
@@ -105,6 +105,11 @@ def stack_notes(r: TrainingRecipe, target: str) -> list[str]:
     return notes
 
 
+def _fsdp_sharding(r: TrainingRecipe) -> dict[str, Any]:
+    """FSDP2 reshards after forward (a bool); FSDP1 takes FULL_SHARD by default and its extras."""
+    return dict(FSDP1_EXTRAS) if r.job.fsdp_version == 1 else {"reshard_after_forward": True}
+
+
 def deepspeed_config(r: TrainingRecipe) -> dict[str, Any]:
     """DeepSpeed's own config (deepspeed.ai/docs/config-json); "auto" values are filled from the
     training arguments by transformers' DeepSpeed integration, so they cannot disagree."""
@@ -192,16 +197,15 @@ def axolotl_config(r: TrainingRecipe) -> dict[str, Any]:
         cfg["plugins"] = ["axolotl.integrations.liger.LigerPlugin"]
         cfg["liger_fused_linear_cross_entropy"] = True
     if r.parallel.backend == "fsdp":
-        cfg["fsdp_version"] = 2
+        cfg["fsdp_version"] = r.job.fsdp_version
         cfg["fsdp_config"] = {
             "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "transformer_layer_cls_to_wrap": r.layer_class or f"{PLACEHOLDER}-with-the-decoder-layer-class",
-            "reshard_after_forward": True,
             "offload_params": r.parallel.offload_params,
             "state_dict_type": "SHARDED_STATE_DICT",
             "activation_checkpointing": r.checkpointing == "fsdp",
             "cpu_ram_efficient_loading": True,
-        }
+        } | _fsdp_sharding(r)
     elif r.parallel.backend == "deepspeed":
         cfg["deepspeed"] = DEEPSPEED_FILE
     cfg |= {
@@ -257,13 +261,12 @@ def training_arguments(r: TrainingRecipe) -> dict[str, Any]:
     if r.parallel.backend == "fsdp":
         args["fsdp"] = True
         args["fsdp_config"] = {
-            "version": 2,
+            "version": r.job.fsdp_version,
             "transformer_layer_cls_to_wrap": [r.layer_class or f"{PLACEHOLDER}-with-the-decoder-layer-class"],
-            "reshard_after_forward": True,
             "cpu_offload": r.parallel.offload_params,
             "activation_checkpointing": r.checkpointing == "fsdp",
             "cpu_ram_efficient_loading": True,
-        }
+        } | _fsdp_sharding(r)
     elif r.parallel.backend == "deepspeed":
         args["deepspeed"] = DEEPSPEED_FILE
     return args

@@ -46,7 +46,10 @@ def recipe_from_options(o: dict[str, Any]) -> MemoryOptions:
     if o["chunked_loss"]:
         given["loss"] = "chunked"
     # A field whose JobSpec default is None stays None here: MemoryOptions then takes the stack's.
-    return MemoryOptions.for_stack(_given_or_default(o, "stack"), **given)
+    try:
+        return MemoryOptions.for_stack(_given_or_default(o, "stack"), **given)
+    except ValueError as exc:
+        raise InvalidJobSpec(str(exc)) from None
 
 
 @click.group("estimate")

@@ -113,7 +113,7 @@ def cli() -> None:
 @click.option("--wide", is_flag=True, help="Show every column, however wide.")
 @errors
 def plan_cmd(top: int, within: float | None, markdown: bool, wide: bool, **o: Any) -> None:
-    """Rank plans for a fine-tuning job. Exit 0: plans; 1: none feasible (explained); 2: bad input."""
+    """Rank plans for a job. Exit 0: plans, 1: none feasible, 2: bad input."""
     result = _plans_or_exit(o, top, within)
     if o["json"]:
         click.echo(result.model_dump_json(indent=2))

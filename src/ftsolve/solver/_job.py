@@ -245,6 +245,15 @@ class JobSpec(BaseModel):
         description="FSDP CPU offload of parameters and gradients",
         json_schema_extra=_cli("recipe"),
     )
+    fsdp_version: int = Field(
+        default=2,
+        ge=1,
+        le=2,
+        title="FSDP version",
+        description="2: fully_shard, as exports configure it; 1: FullyShardedDataParallel, whose CPU offload "
+        "keeps every gradient shard on the GPU until backward ends",
+        json_schema_extra=_cli("recipe"),
+    )
     quant_kernel: QuantKernel | None = Field(
         default=None,
         title="Kernel of an int8/NF4 base",
@@ -528,6 +537,7 @@ class JobSpec(BaseModel):
     def _consistent(self) -> JobSpec:
         if self.max_gpus < 1 or self.max_nodes < 1:
             raise ValueError("max_gpus and max_nodes must be positive")
+        self.memory_options()  # the recipe's own rules (a stack that cannot run an FSDP version)
         return self
 
     def memory_options(self) -> MemoryOptions:
@@ -542,6 +552,7 @@ class JobSpec(BaseModel):
             loss=self.loss,
             offload_optimizer=self.offload_optimizer,
             offload_params=self.offload_params,
+            fsdp_version=self.fsdp_version,
             double_quant=self.double_quant,
             quantized_head=self.quantized_head,
             optimizer_in_backward=self.optimizer_in_backward,

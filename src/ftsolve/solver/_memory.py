@@ -103,6 +103,14 @@ class MemoryOptions:
     loss: str = "fp32-upcast"  # how the loss holds logits, see _stacks.LOSS_BYTES_PER_LOGIT
     offload_optimizer: bool = False
     offload_params: bool = False  # FSDP cpu_offload: parameters and gradients live in CPU memory
+    # FSDP2 (fully_shard) is what ftsolve's exports configure (fsdp_version: 2). FSDP1
+    # (FullyShardedDataParallel) with offloaded parameters keeps every gradient shard on the GPU
+    # until backward ends: torch fsdp/_runtime_utils.py _accumulate_sharded_grad sets
+    # `flat_param._saved_grad_shard` on the post-backward stream, _offload_grad copies it to the
+    # CPU, and flat_param.py prepare_gradient_for_optim deletes it only in the final callback.
+    # FSDP2 frees each one once its copy is queued (fsdp/_fully_shard/_fsdp_collectives.py
+    # foreach_reduce: "we can free it here by not keeping a ref").
+    fsdp_version: int = 2
     stack: str = "hf"  # training stack (_stacks.STACKS); its runtime family decides accounting quirks
     # Kernel of an int8/4-bit base: bitsandbytes (QLoRA's NF4, LLM.int8), gptq (a GPTQ-quantized
     # checkpoint such as Qwen's *-Int4 models trained through auto-gptq kernels) or torchao (the
@@ -126,6 +134,13 @@ class MemoryOptions:
     # integration fills with hidden_size**2 (integrations/deepspeed.py, trainer_config_finalize) and
     # which ftsolve's exported DeepSpeed configs use.
     deepspeed_bucket_elements: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.fsdp_version not in (1, 2):
+            raise ValueError(f"fsdp_version must be 1 or 2, not {self.fsdp_version!r}")
+        versions = STACKS[self.stack].fsdp_versions if self.stack in STACKS else (1, 2)
+        if self.fsdp_version not in versions:
+            raise ValueError(f"{self.stack} shards with FSDP{versions[0]} only: set fsdp_version to {versions[0]}")
 
     @classmethod
     def for_stack(cls, stack: str = "hf", **overrides: Any) -> MemoryOptions:
@@ -508,13 +523,18 @@ def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: 
         # Each parameter is stepped in its gradient hook and its gradient freed (torchtune's
         # optimizer_in_bwd): at most the largest single gradient is alive at once.
         grads = np.minimum(grads, largest_param(sizes) * g_b / shard_g)
-    if opts.offload_params:
-        # Only the gathered units are on the GPU; the shards wait in CPU memory.
-        weights, adapters, grads = weights * 0.0, adapters * 0.0, grads * 0.0
-    elif opts.framework == "litgpt":
+    if opts.framework == "litgpt":
         # Each Lightning FSDP unit's FlatParameter holds frozen weights and adapters together and
         # gets one gradient of its full size, sharded like the weights (see unsharded_gradient_bytes).
         grads = np.where((shard == ZERO3) & (n > 1) & ~full, sizes.total_params * 2.0 / n, grads)
+    if opts.offload_params:
+        # Only the gathered units are on the GPU; the shards wait in CPU memory. Their gradients
+        # too, but FSDP1 keeps each GPU gradient shard until backward ends (fsdp_version), all of
+        # them by then; they live on its post-backward stream, whose cached blocks the compute
+        # stream never reuses, so they add to the compute peak. Offloading on one GPU, or through
+        # DeepSpeed, is DeepSpeed's ZeRO-Offload (_exports._recipe.parallel_of), which keeps none.
+        fsdp1 = (shard == ZERO3) & (n > 1) & (opts.fsdp_version == 1) & (opts.framework != "deepspeed")
+        weights, adapters, grads = weights * 0.0, adapters * 0.0, np.where(fsdp1, grads, 0.0)
     on_gpu_optim = 0.0 if opts.offload_optimizer or opts.offload_params else 1.0
     optim = np.where(full, sizes.total_params * o_b, sizes.lora_params * ao + extra * co) / shard_o * on_gpu_optim
     # bitsandbytes allocates paged optimizer state in CUDA managed memory (cudaMallocManaged): the

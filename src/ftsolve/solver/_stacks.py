@@ -96,6 +96,8 @@ class Stack:
     # LitGPT's do_softcapping), which keeps one more logits-size tensor, or on the hidden states
     # before the output projection.
     softcaps_logits: bool = True
+    # The FSDP implementations it can shard with (MemoryOptions.fsdp_version).
+    fsdp_versions: tuple[int, ...] = (1, 2)
     sources: tuple[tuple[str, str], ...] = ()  # (fact, where the stack's source shows it)
 
 
@@ -198,7 +200,13 @@ STACKS: dict[str, Stack] = {
             quant_kernel="torchao",
             optimizer="adamw-bf16",
             softcaps_logits=False,
+            fsdp_versions=(2,),
             sources=(
+                (
+                    "shards with FSDP2 only",
+                    "pytorch/torchtune torchtune/training/_distributed.py shard_model: "
+                    "`fully_shard(m, **fsdp_kwargs)`, CPUOffloadPolicy for fsdp_cpu_offload",
+                ),
                 (
                     "Gemma-2's final softcap on the hidden states, not the logits",
                     "pytorch/torchtune torchtune/models/gemma2/_component_builders.py Gemma2FinalNorm: "
