@@ -229,15 +229,6 @@ def _optimizer_step(row: dict[str, str], stack: str) -> str | None:
     return "foreach" if row["source_key"] in ("ms_swift_benchmark", "qwen_readme_profiling") else None
 
 
-# Sources whose rows are in measured.csv but not yet in the headline, and why; `--with-pending`
-# evaluates them too (the figures docs/stacks.md quotes for them).
-PENDING: dict[str, str] = {
-    "universal_llm_trainer": "pending (added 2026-12-03): the model predicts its FSDP1 CPU-offload runs "
-    "19-45% under; the sharded gradients they hold on the GPU are not yet priced (docs/stacks.md)",
-}
-_with_pending = False
-
-
 def cases(path: Path) -> Iterator[tuple[dict[str, str], Case | None, str]]:
     """(row, case or None, reason when skipped) for every row of measured.csv."""
     archs = _archs()
@@ -248,8 +239,6 @@ def cases(path: Path) -> Iterator[tuple[dict[str, str], Case | None, str]]:
 
 def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None, str]:
     src = row["source_key"]
-    if src in PENDING and not _with_pending:
-        return None, PENDING[src]
     if row["kind"] != "measured":
         return None, "estimate, not a measurement"
     if "suspect" in row["notes"].lower():
@@ -328,6 +317,9 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         flash_attention=flash,
         offload_optimizer=offload,
         offload_params=offload,
+        # Every FSDP run here wrapped with torch's FullyShardedDataParallel (FSDP1): LitGPT's
+        # FSDPStrategy, Trainer/accelerate before fully_shard reached them, universal-llm-trainer.
+        fsdp_version=2 if "fsdp2" in shard_text else 1,
         # LitGPT (finetune/lora.py), Qwen (finetune.py LoraArguments) and ms-swift all default
         # to lora_dropout 0.05; none of the rows states another value.
         lora_dropout=0.05 if method != "full" else 0.0,
@@ -618,7 +610,10 @@ def fit(rows: list[Case], pieces: dict[int, Pieces], prior: Coefficients) -> Coe
             sol = _constrained_lstsq(xs, ys, plan_x, np.array(plan_room))[:-1]
             a = float(sol[0])
         rel = np.abs((x @ sol - y) * weight)
-        score = (float(np.percentile(rel, 90)), float(np.median(rel)))
+        # F is chosen by the rows it prices (reserved memory of variable-length batches), not by
+        # how it lets A and R trade errors elsewhere.
+        own = np.array([c.reserved and c.opts.variable_length for c in rows]) if informs_f else np.ones(len(rows), bool)
+        score = (float(np.percentile(rel[own], 90)), float(np.median(rel[own])))
         coef = Coefficients(a, float(frag), {s: float(v) for s, v in zip(stacks, sol[1:], strict=True)})
         if best is None or score < best[0]:
             best = (score, coef)
@@ -782,10 +777,7 @@ def main() -> None:
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     ap.add_argument("--fit", action="store_true", help="fit on every source and print the coefficients")
     ap.add_argument("--rows", action="store_true")
-    ap.add_argument("--with-pending", action="store_true", help="evaluate the PENDING sources too")
     args = ap.parse_args()
-    global _with_pending
-    _with_pending = args.with_pending
     if args.fit:
         all_cases, _ = evaluable(args.csv)
         pieces = {c.id: _pieces(c) for c in all_cases}

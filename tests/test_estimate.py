@@ -122,6 +122,7 @@ def test_planner_uses_the_same_memory_model() -> None:
         method="qlora",
         seq_len=2048,
         micro_batch=p.micro_batch,
+        grad_accum=p.grad_accum,  # FSDP accumulates with unsharded gradients
         n_gpus=p.n_gpus,
         sharding=p.sharding,
         gradient_checkpointing=p.gradient_checkpointing,
