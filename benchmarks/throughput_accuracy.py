@@ -105,6 +105,13 @@ _EVALUATED = (
 )
 
 
+# Sources that state their configuration but whose rate the model does not read yet, and why.
+_NOT_YET = {
+    "universal_llm_trainer": "a smoothed tqdm s/it of its own loop, 1.6-5.5x below the model's rate for reasons "
+    "not yet read (docs/stacks.md)",
+}
+
+
 def _model_name(text: str) -> str:
     """A row's model as the architecture table names it: optimum-benchmark's rows name Hub
     repositories (NousResearch/Llama-2-7b-hf, TheBloke/Llama-2-7B-GPTQ) of the Llama-2 shapes."""
@@ -121,6 +128,8 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         return None, "no tokens/s figure"
     if row["kind"] != "measured":
         return None, "estimate"
+    if src in _NOT_YET:
+        return None, f"{src}: {_NOT_YET[src]}"
     if src not in _EVALUATED:
         return None, f"{src}: checkpointing, tokens per sample or the parallelism not stated"
     arch = archs.get(_model_name(row["model"]))
