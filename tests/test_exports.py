@@ -240,7 +240,7 @@ def test_accelerate_configs_load_and_every_node_gets_its_rank_and_the_head(
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_the_fsdp_version_the_plan_priced_is_the_one_accelerate_runs(
+def test_the_jobs_fsdp_version_is_the_one_accelerate_axolotl_and_transformers_run(
     version: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     launch = pytest.importorskip("accelerate.commands.launch")

@@ -249,9 +249,9 @@ def accelerate_config(r: TrainingRecipe) -> dict[str, Any]:
     if p.nodes > 1:
         cfg |= {"main_process_port": MAIN_PROCESS_PORT, "rdzv_backend": "static", "same_network": True}
     if par.backend == "fsdp":
-        v1 = r.job.fsdp_version == 1
+        v1 = r.options.fsdp == 1
         cfg["fsdp_config"] = {
-            "fsdp_version": r.job.fsdp_version,
+            "fsdp_version": r.options.fsdp,
             "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "fsdp_transformer_layer_cls_to_wrap": r.layer_class or f"{PLACEHOLDER}-with-the-decoder-layer-class",
             # accelerate takes FSDP1's sharding strategy by name and refuses a bool for it.

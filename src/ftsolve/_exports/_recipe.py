@@ -28,11 +28,13 @@ PLACEHOLDER = "REPLACE"
 CHECKPOINT_MOUNT = "/checkpoints"
 # Rendezvous port of the head node (torchrun's and accelerate's default).
 MAIN_PROCESS_PORT = 29500
-# What an FSDP1 config (JobSpec.fsdp_version 1) adds: a decoder layer's flat parameter holds LoRA's
-# trainable and frozen weights together, which FullyShardedDataParallel accepts only with the
-# original parameters kept, and loading on rank 0 alone (cpu_ram_efficient_loading) needs the
-# module states broadcast (accelerate utils/dataclasses.py FullyShardedDataParallelPlugin). FSDP2
-# needs neither.
+# What an FSDP1 config (JobSpec.fsdp_version 1) states beyond FSDP2's: loading on rank 0 alone
+# (cpu_ram_efficient_loading) needs the module states broadcast (accelerate utils/launch.py), and
+# the original parameters kept. accelerate launch defaults both to true; written so the file says
+# what runs. The Trainer that runs every export wraps PEFT's adapters as units of their own
+# (transformers' update_fsdp_plugin_peft, PEFT's fsdp_auto_wrap_policy), so no flat parameter mixes
+# adapters with frozen weights and the gradients are the adapters' alone, as priced. FSDP2 needs
+# neither key.
 FSDP1_EXTRAS = {"use_orig_params": True, "sync_module_states": True}
 # Evaluations over a run when the plan has no checkpoint cadence to evaluate at (on-demand).
 EVALS_PER_RUN = 10

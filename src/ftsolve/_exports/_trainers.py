@@ -107,7 +107,7 @@ def stack_notes(r: TrainingRecipe, target: str) -> list[str]:
 
 def _fsdp_sharding(r: TrainingRecipe) -> dict[str, Any]:
     """FSDP2 reshards after forward (a bool); FSDP1 takes FULL_SHARD by default and its extras."""
-    return dict(FSDP1_EXTRAS) if r.job.fsdp_version == 1 else {"reshard_after_forward": True}
+    return dict(FSDP1_EXTRAS) if r.options.fsdp == 1 else {"reshard_after_forward": True}
 
 
 def deepspeed_config(r: TrainingRecipe) -> dict[str, Any]:
@@ -197,7 +197,7 @@ def axolotl_config(r: TrainingRecipe) -> dict[str, Any]:
         cfg["plugins"] = ["axolotl.integrations.liger.LigerPlugin"]
         cfg["liger_fused_linear_cross_entropy"] = True
     if r.parallel.backend == "fsdp":
-        cfg["fsdp_version"] = r.job.fsdp_version
+        cfg["fsdp_version"] = r.options.fsdp
         cfg["fsdp_config"] = {
             "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "transformer_layer_cls_to_wrap": r.layer_class or f"{PLACEHOLDER}-with-the-decoder-layer-class",
@@ -261,7 +261,7 @@ def training_arguments(r: TrainingRecipe) -> dict[str, Any]:
     if r.parallel.backend == "fsdp":
         args["fsdp"] = True
         args["fsdp_config"] = {
-            "version": r.job.fsdp_version,
+            "version": r.options.fsdp,
             "transformer_layer_cls_to_wrap": [r.layer_class or f"{PLACEHOLDER}-with-the-decoder-layer-class"],
             "cpu_offload": r.parallel.offload_params,
             "activation_checkpointing": r.checkpointing == "fsdp",

@@ -245,13 +245,13 @@ class JobSpec(BaseModel):
         description="FSDP CPU offload of parameters and gradients",
         json_schema_extra=_cli("recipe"),
     )
-    fsdp_version: int = Field(
-        default=2,
+    fsdp_version: int | None = Field(
+        default=None,
         ge=1,
         le=2,
         title="FSDP version",
         description="2: fully_shard, as exports configure it; 1: FullyShardedDataParallel, whose CPU offload "
-        "keeps every gradient shard on the GPU until backward ends",
+        "keeps every gradient shard on the GPU until backward ends; default: the stack's (2; litgpt 1)",
         json_schema_extra=_cli("recipe"),
     )
     quant_kernel: QuantKernel | None = Field(

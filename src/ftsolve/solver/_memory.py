@@ -103,14 +103,14 @@ class MemoryOptions:
     loss: str = "fp32-upcast"  # how the loss holds logits, see _stacks.LOSS_BYTES_PER_LOGIT
     offload_optimizer: bool = False
     offload_params: bool = False  # FSDP cpu_offload: parameters and gradients live in CPU memory
-    # FSDP2 (fully_shard) is what ftsolve's exports configure (fsdp_version: 2). FSDP1
+    # None: the stack's (Stack.fsdp_versions; FSDP2, which ftsolve's exports configure). FSDP1
     # (FullyShardedDataParallel) with offloaded parameters keeps every gradient shard on the GPU
     # until backward ends: torch fsdp/_runtime_utils.py _accumulate_sharded_grad sets
     # `flat_param._saved_grad_shard` on the post-backward stream, _offload_grad copies it to the
     # CPU, and flat_param.py prepare_gradient_for_optim deletes it only in the final callback.
     # FSDP2 frees each one once its copy is queued (fsdp/_fully_shard/_fsdp_collectives.py
     # foreach_reduce: "we can free it here by not keeping a ref").
-    fsdp_version: int = 2
+    fsdp_version: int | None = None
     stack: str = "hf"  # training stack (_stacks.STACKS); its runtime family decides accounting quirks
     # Kernel of an int8/4-bit base: bitsandbytes (QLoRA's NF4, LLM.int8), gptq (a GPTQ-quantized
     # checkpoint such as Qwen's *-Int4 models trained through auto-gptq kernels) or torchao (the
@@ -136,11 +136,18 @@ class MemoryOptions:
     deepspeed_bucket_elements: float | None = None
 
     def __post_init__(self) -> None:
-        if self.fsdp_version not in (1, 2):
+        if self.fsdp_version is not None and self.fsdp_version not in (1, 2):
             raise ValueError(f"fsdp_version must be 1 or 2, not {self.fsdp_version!r}")
-        versions = STACKS[self.stack].fsdp_versions if self.stack in STACKS else (1, 2)
-        if self.fsdp_version not in versions:
+        versions = STACKS[self.stack].fsdp_versions if self.stack in STACKS else (2, 1)
+        if self.fsdp_version is not None and self.fsdp_version not in versions:
             raise ValueError(f"{self.stack} shards with FSDP{versions[0]} only: set fsdp_version to {versions[0]}")
+
+    @property
+    def fsdp(self) -> int:
+        """The FSDP version it runs: the one asked for, else the stack's."""
+        if self.fsdp_version is not None:
+            return self.fsdp_version
+        return STACKS[self.stack].fsdp_versions[0] if self.stack in STACKS else 2
 
     @classmethod
     def for_stack(cls, stack: str = "hf", **overrides: Any) -> MemoryOptions:
@@ -440,7 +447,9 @@ def unsharded_gradient_bytes(
         grad_bytes = np.where(full, grad_bytes, sizes.total_params * 2.0)
     sharded = (shard == ZERO3) & (n > 1) & (not deepspeed)
     root = np.where((sharded | opts.offload_params) & (not deepspeed) & full, sizes.embedding_params * g_b, 0.0)
-    no_sync = sharded & accumulating & (not opts.offload_params) & STACKS[opts.stack].fsdp_unsharded_accumulation
+    # CPU offload changes nothing here: under no_sync FSDP leaves each unit's unsharded gradient
+    # on the GPU (torch fsdp/_runtime_utils.py _post_backward_hook returns before reducing).
+    no_sync = sharded & accumulating & STACKS[opts.stack].fsdp_unsharded_accumulation
     out: F = np.where(no_sync, grad_bytes * (1.0 - 1.0 / n), root)
     return out
 
@@ -530,11 +539,17 @@ def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: 
     if opts.offload_params:
         # Only the gathered units are on the GPU; the shards wait in CPU memory. Their gradients
         # too, but FSDP1 keeps each GPU gradient shard until backward ends (fsdp_version), all of
-        # them by then; they live on its post-backward stream, whose cached blocks the compute
-        # stream never reuses, so they add to the compute peak. Offloading on one GPU, or through
-        # DeepSpeed, is DeepSpeed's ZeRO-Offload (_exports._recipe.parallel_of), which keeps none.
-        fsdp1 = (shard == ZERO3) & (n > 1) & (opts.fsdp_version == 1) & (opts.framework != "deepspeed")
-        weights, adapters, grads = weights * 0.0, adapters * 0.0, np.where(fsdp1, grads, 0.0)
+        # them by then, in the flat parameter's dtype: fp32 under mixed precision (accelerate
+        # upcasts every trainable flat parameter, accelerator.py prepare_model), the model's own
+        # in a bf16-native loop (adamw-bf16 without a master: LitGPT's bf16-true). They live
+        # on its post-backward stream, whose cached blocks the compute stream does not reuse: in
+        # reserved memory they add to the compute peak. Allocated, they grow as backward frees
+        # activations; the planning peak counts both, an upper bound. Offloading on one GPU, or
+        # through DeepSpeed, is DeepSpeed's ZeRO-Offload (_exports._recipe.parallel_of): none kept.
+        fsdp1 = (shard == ZERO3) & (n > 1) & (opts.fsdp == 1) & (opts.framework != "deepspeed")
+        native = (opts.optimizer == "adamw-bf16") & ~rebuilt
+        kept = np.where(full, sizes.total_params * np.where(native, dense, 4.0) / n, grads)
+        weights, adapters, grads = weights * 0.0, adapters * 0.0, np.where(fsdp1, kept, 0.0)
     on_gpu_optim = 0.0 if opts.offload_optimizer or opts.offload_params else 1.0
     optim = np.where(full, sizes.total_params * o_b, sizes.lora_params * ao + extra * co) / shard_o * on_gpu_optim
     # bitsandbytes allocates paged optimizer state in CUDA managed memory (cudaMallocManaged): the

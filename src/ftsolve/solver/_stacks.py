@@ -96,8 +96,10 @@ class Stack:
     # LitGPT's do_softcapping), which keeps one more logits-size tensor, or on the hidden states
     # before the output projection.
     softcaps_logits: bool = True
-    # The FSDP implementations it can shard with (MemoryOptions.fsdp_version).
-    fsdp_versions: tuple[int, ...] = (1, 2)
+    # The FSDP implementations it can shard with, its default first (MemoryOptions.fsdp_version):
+    # FSDP2 for the stacks ftsolve exports (its configs write fsdp_version 2), FSDP1 for LitGPT,
+    # whose Lightning FSDPStrategy wraps with FullyShardedDataParallel.
+    fsdp_versions: tuple[int, ...] = (2, 1)
     sources: tuple[tuple[str, str], ...] = ()  # (fact, where the stack's source shows it)
 
 
@@ -318,6 +320,7 @@ STACKS: dict[str, Stack] = {
             gradient_checkpointing=False,
             optimizer_step="foreach",
             optimizer="adamw-bf16",
+            fsdp_versions=(1, 2),
             sources=(
                 (
                     "bf16-true full fine-tuning: no fp32 master, AdamW moments in bf16",
