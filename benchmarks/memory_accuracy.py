@@ -319,7 +319,7 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         offload_params=offload,
         # Every FSDP run here wrapped with torch's FullyShardedDataParallel (FSDP1): LitGPT's
         # FSDPStrategy, Trainer/accelerate before fully_shard reached them, universal-llm-trainer.
-        fsdp_version=2 if "fsdp2" in shard_text else 1,
+        fsdp_version=1 if "fsdp" in shard_text and "fsdp2" not in shard_text else None,
         # LitGPT (finetune/lora.py), Qwen (finetune.py LoraArguments) and ms-swift all default
         # to lora_dropout 0.05; none of the rows states another value.
         lora_dropout=0.05 if method != "full" else 0.0,
@@ -334,6 +334,10 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
     # Accumulation matters under FSDP (unsharded gradients); every FSDP row states it, directly or
     # as the config's global_batch_size (LitGPT config hub notes).
     accum = int(float(row["grad_accum"] or 1))
+    if ult:
+        # Its loop calls backward on every micro-batch without FSDP's no_sync (src/trainer/trainer.py
+        # @aefdc4a): each backward reduce-scatters, as without accumulation.
+        accum = 1
     global_batch = re.search(r"global_batch_size (\d+)", row["notes"])
     if not row["grad_accum"] and global_batch:
         accum = max(1, -(-int(global_batch.group(1)) // (micro * n)))
@@ -703,13 +707,22 @@ def summary(outcomes: list[Outcome]) -> dict[str, tuple[float, float, int]]:
 
 def bands(outcomes: list[Outcome]) -> dict[str, float]:
     """The 90th percentile of |error| per method and stack (`method/stack`, with at least 5 rows),
-    per method (`method`) and overall (`all`): the band each estimate states."""
+    per method (`method`) and overall (`all`): the band each estimate states. A stack's rows from
+    one source may widen its method's band but not narrow it: one source's habits are not a
+    stack's."""
     groups: dict[str, list[float]] = defaultdict(list)
+    sources: dict[str, set[str]] = defaultdict(set)
     for o in outcomes:
         if o.error is not None:
             for key in (f"{o.case.method}/{o.case.stack}", o.case.method, "all"):
                 groups[key].append(abs(o.error))
-    return {key: round(float(np.percentile(e, 90)), 3) for key, e in sorted(groups.items()) if len(e) >= 5}
+                sources[key].add(o.case.source)
+    p90 = {key: round(float(np.percentile(e, 90)), 3) for key, e in sorted(groups.items()) if len(e) >= 5}
+    for key in p90:
+        method = key.split("/")[0]
+        if "/" in key and len(sources[key]) < 2 and method in p90:
+            p90[key] = max(p90[key], p90[method])
+    return p90
 
 
 def _table(title: str, outcomes: list[Outcome]) -> None:
