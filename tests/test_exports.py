@@ -277,6 +277,25 @@ def test_the_jobs_fsdp_version_is_the_one_accelerate_axolotl_and_transformers_ru
     assert ("reshard_after_forward" in args["fsdp_config"]) == (version == 2)
 
 
+@pytest.mark.parametrize("fp32_params", [None, False])
+def test_an_export_says_when_accelerate_holds_fsdps_parameters_in_fp32_and_the_plan_did_not(
+    fp32_params: bool | None,
+) -> None:
+    job = JobSpec(
+        model="llama-3.1-70b",
+        train_tokens=20_000_000,
+        seq_len=2048,
+        methods=("lora",),
+        max_gpus=8,
+        gpus=("h100-sxm",),
+        fsdp_fp32_params=fp32_params,
+    )
+    p = next(p for p in ftsolve.plan(job, CATALOG, top=5).plans if p.sharding == "zero3" and p.n_gpus > 1)
+    for target in ("axolotl", "transformers"):
+        said = "trainable parameters and their gradients in fp32" in render_export(target, p, job, CATALOG)
+        assert said == (fp32_params is False), target
+
+
 def test_torchtune_refuses_fsdp1() -> None:
     args = ["--model", "llama-3.1-8b", "--tokens", "5M", "--seq-len", "2048", "--stack", "torchtune"]
     result = CliRunner().invoke(cli, ["plan", *args, "--fsdp-version", "1"])

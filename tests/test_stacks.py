@@ -139,32 +139,38 @@ def test_optimizer_in_backward_keeps_one_gradient_alive() -> None:
 
 
 # Bytes per parameter of the gradient shard FSDP1 keeps: the flat parameter's dtype, fp32 where
-# accelerate's mixed precision upcasts it (an fp32 master, or the bf16 regime sharded through it:
-# axolotl), bf16 in a bf16-native loop (LitGPT's bf16-true).
+# FSDP holds the trainable parameters in fp32 (accelerate's mixed precision: every stack it trains,
+# whatever the optimizer), the model's dtype otherwise (LitGPT's bf16-true, a plain FSDP loop).
 @pytest.mark.parametrize(
-    ("stack", "optimizer", "kept_bytes"),
-    [("hf", "adamw", 4.0), ("hf", "adamw-bf16", 2.0), ("axolotl", None, 4.0), ("litgpt", None, 2.0)],
+    ("stack", "optimizer", "fp32_params", "kept_bytes"),
+    [
+        ("hf", "adamw", None, 4.0),
+        ("hf", "adamw-bf16", None, 4.0),
+        ("axolotl", "adamw-8bit", None, 4.0),
+        ("hf", "adamw-bf16", False, 2.0),
+        ("litgpt", None, None, 2.0),
+    ],
 )
 def test_fsdp1_cpu_offload_keeps_every_gradient_shard_on_the_gpu_until_backward_ends(
-    stack: str, optimizer: str | None, kept_bytes: float
+    stack: str, optimizer: str | None, fp32_params: bool | None, kept_bytes: float
 ) -> None:
     def est(method: Method = "full", **opts: Any) -> ftsolve.MemoryEstimate:
-        options = MemoryOptions.for_stack(stack, optimizer=optimizer, offload_params=True, **opts)
+        options = MemoryOptions.for_stack(stack, optimizer=optimizer, fsdp_fp32_params=fp32_params, **opts)
         return estimate_memory(L8, method=method, seq_len=4096, n_gpus=4, sharding="zero3", options=options)
 
-    fsdp1, fsdp2 = (est(fsdp_version=v).components_gib for v in (1, 2))
+    fsdp1, fsdp2 = (est(offload_params=True, fsdp_version=v).components_gib for v in (1, 2))
     params = load_catalog(user=False).model(L8).total_params()
     # The parameters wait in CPU memory either way; FSDP1's gradient shards stay until backward ends.
     assert fsdp1["weights"] == fsdp2["weights"] == 0.0
     assert fsdp1["gradients"] == pytest.approx(params * kept_bytes / 4 / 2**30, abs=1e-3)  # shown to 3 decimals
     assert fsdp2["gradients"] == 0.0
-    # LoRA keeps its adapters' gradient shards, far less; LitGPT's FlatParameter holds adapters and
-    # frozen weights together and gets a gradient of its full size (unsharded_gradient_bytes).
-    lora = est("lora", fsdp_version=1).components_gib["gradients"]
+    lora = est("lora", offload_params=True, fsdp_version=1).components_gib["gradients"]
     if stack == "litgpt":
+        # Lightning's FlatParameter holds adapters and frozen weights together: a full-size gradient.
         assert lora == pytest.approx(fsdp1["gradients"], abs=1e-3)
     else:
-        assert 0.0 < lora < fsdp1["gradients"] / 20
+        # The adapters' shards: fp32 adapters, as the same run without offload holds them (4 B / n).
+        assert lora == pytest.approx(est("lora").components_gib["adapters"], abs=1e-3) and lora > 0
 
 
 def test_fsdp_versions_follow_the_stack_and_are_checked() -> None:
@@ -180,15 +186,18 @@ def test_fsdp_versions_follow_the_stack_and_are_checked() -> None:
         MemoryOptions.for_stack("torchtune", fsdp_version=1)
 
 
-def test_fsdp_accumulation_under_no_sync_keeps_unsharded_gradients_with_cpu_offload_too() -> None:
-    def unsharded(accum: int) -> float:
-        options = MemoryOptions.for_stack("hf", offload_params=True, fsdp_version=1)
+@pytest.mark.parametrize("version", [1, 2])
+def test_fsdp_accumulation_under_no_sync_keeps_unsharded_gradients_with_cpu_offload_too(version: int) -> None:
+    def unsharded(accum: int, offload: bool) -> float:
+        options = MemoryOptions.for_stack("hf", offload_params=offload, fsdp_version=version)
         est = estimate_memory(L8, method="full", grad_accum=accum, n_gpus=4, sharding="zero3", options=options)
         return est.components_gib.get("unsharded_gradients", 0.0)
 
-    params = load_catalog(user=False).model(L8).total_params()
-    assert unsharded(4) == pytest.approx(params * 2 * 3 / 4 / 2**30, abs=1e-3)  # all but this GPU's shard
-    assert unsharded(1) < unsharded(4) / 5  # only the root unit's (embeddings)
+    whole = load_catalog(user=False).model(L8).total_params() * 2 / 2**30
+    # Offloaded, no shard of them is among the gradients on the GPU: the whole unsharded gradient.
+    assert unsharded(4, offload=True) == pytest.approx(whole, abs=1e-3)
+    assert unsharded(4, offload=False) == pytest.approx(whole * 3 / 4, abs=1e-3)  # this GPU's shard is counted
+    assert unsharded(1, offload=True) < whole / 5  # only the root unit's (embeddings)
 
 
 def test_activation_offload_keeps_two_layers_on_the_gpu() -> None:

@@ -80,6 +80,13 @@ def stack_notes(r: TrainingRecipe, target: str) -> list[str]:
         notes.append(f"the plan assumed the {o.loss} loss, which {target} does not compute")
     if torchtune and r.plan.n_gpus > 1 and r.parallel.backend != "fsdp":
         notes.append(f"torchtune shards with FSDP2 where the plan assumed {r.plan.sharding}")
+    # accelerate's mixed precision, which every non-torchtune export runs, holds FSDP's trainable flat
+    # parameters in fp32 (FSDP1 with CPU offload keeps their gradient shards on the GPU in fp32).
+    if not torchtune and r.parallel.backend == "fsdp" and not o.fp32_flat_params:
+        notes.append(
+            f"{target} runs accelerate's mixed precision, which holds FSDP's trainable parameters and their "
+            "gradients in fp32: more than the plan priced (it assumed the model's dtype)"
+        )
     if torchtune and r.schedule.patience is not None:
         notes.append("torchtune's recipes do not stop early: they validate every run_val_every_n_steps steps")
     # DeepSpeed's partitions and accelerate's FSDP keep an fp32 master for axolotl and transformers;

@@ -254,6 +254,14 @@ class JobSpec(BaseModel):
         "keeps every gradient shard on the GPU until backward ends; default: the stack's (2; litgpt 1)",
         json_schema_extra=_cli("recipe"),
     )
+    fsdp_fp32_params: bool | None = Field(
+        default=None,
+        title="FSDP flat parameters in fp32",
+        description="FSDP holds the trainable parameters, and their gradients, in fp32 as accelerate's mixed "
+        "precision does; off: in the model's dtype (a plain FSDP loop over a bf16 model); default: the stack's "
+        "(on; litgpt, torchtune off)",
+        json_schema_extra=_cli("recipe"),
+    )
     quant_kernel: QuantKernel | None = Field(
         default=None,
         title="Kernel of an int8/NF4 base",
@@ -553,6 +561,7 @@ class JobSpec(BaseModel):
             offload_optimizer=self.offload_optimizer,
             offload_params=self.offload_params,
             fsdp_version=self.fsdp_version,
+            fsdp_fp32_params=self.fsdp_fp32_params,
             double_quant=self.double_quant,
             quantized_head=self.quantized_head,
             optimizer_in_backward=self.optimizer_in_backward,

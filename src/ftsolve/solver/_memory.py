@@ -107,10 +107,12 @@ class MemoryOptions:
     # (FullyShardedDataParallel) with offloaded parameters keeps every gradient shard on the GPU
     # until backward ends: torch fsdp/_runtime_utils.py _accumulate_sharded_grad sets
     # `flat_param._saved_grad_shard` on the post-backward stream, _offload_grad copies it to the
-    # CPU, and flat_param.py prepare_gradient_for_optim deletes it only in the final callback.
+    # CPU, and _flat_param.py prepare_gradient_for_optim deletes it only in the final callback.
     # FSDP2 frees each one once its copy is queued (fsdp/_fully_shard/_fsdp_collectives.py
     # foreach_reduce: "we can free it here by not keeping a ref").
     fsdp_version: int | None = None
+    # FSDP's trainable flat parameters in fp32 (None: the stack's, Stack.fsdp_fp32_params).
+    fsdp_fp32_params: bool | None = None
     stack: str = "hf"  # training stack (_stacks.STACKS); its runtime family decides accounting quirks
     # Kernel of an int8/4-bit base: bitsandbytes (QLoRA's NF4, LLM.int8), gptq (a GPTQ-quantized
     # checkpoint such as Qwen's *-Int4 models trained through auto-gptq kernels) or torchao (the
@@ -141,6 +143,13 @@ class MemoryOptions:
         versions = STACKS[self.stack].fsdp_versions if self.stack in STACKS else (2, 1)
         if self.fsdp_version is not None and self.fsdp_version not in versions:
             raise ValueError(f"{self.stack} shards with FSDP{versions[0]} only: set fsdp_version to {versions[0]}")
+
+    @property
+    def fp32_flat_params(self) -> bool:
+        """Whether FSDP holds the trainable flat parameters in fp32: as asked, else the stack's."""
+        if self.fsdp_fp32_params is not None:
+            return self.fsdp_fp32_params
+        return STACKS[self.stack].fsdp_fp32_params if self.stack in STACKS else True
 
     @property
     def fsdp(self) -> int:
@@ -447,10 +456,12 @@ def unsharded_gradient_bytes(
         grad_bytes = np.where(full, grad_bytes, sizes.total_params * 2.0)
     sharded = (shard == ZERO3) & (n > 1) & (not deepspeed)
     root = np.where((sharded | opts.offload_params) & (not deepspeed) & full, sizes.embedding_params * g_b, 0.0)
-    # CPU offload changes nothing here: under no_sync FSDP leaves each unit's unsharded gradient
-    # on the GPU (torch fsdp/_runtime_utils.py _post_backward_hook returns before reducing).
+    # Under no_sync FSDP leaves each unit's unsharded gradient on the GPU, CPU offload or not
+    # (torch fsdp/_runtime_utils.py _post_backward_hook returns before reducing; FSDP2 keeps its
+    # unsharded accumulated gradient). Without offload this GPU's shard is already among the
+    # gradients (1/n of them); with it none is.
     no_sync = sharded & accumulating & STACKS[opts.stack].fsdp_unsharded_accumulation
-    out: F = np.where(no_sync, grad_bytes * (1.0 - 1.0 / n), root)
+    out: F = np.where(no_sync, grad_bytes * (1.0 if opts.offload_params else 1.0 - 1.0 / n), root)
     return out
 
 
@@ -539,16 +550,18 @@ def _states(sizes: ModelSizes, opts: MemoryOptions, method: I, quant: I, shard: 
     if opts.offload_params:
         # Only the gathered units are on the GPU; the shards wait in CPU memory. Their gradients
         # too, but FSDP1 keeps each GPU gradient shard until backward ends (fsdp_version), all of
-        # them by then, in the flat parameter's dtype: fp32 under mixed precision (accelerate
-        # upcasts every trainable flat parameter, accelerator.py prepare_model), the model's own
-        # in a bf16-native loop (adamw-bf16 without a master: LitGPT's bf16-true). They live
+        # them by then, in the flat parameter's dtype: fp32 where FSDP holds the trainable flat
+        # parameters in fp32 (fsdp_fp32_params: accelerate's mixed precision), else what trains
+        # is held in (LitGPT's bf16-true, a plain FSDP loop over a bf16 model). They live
         # on its post-backward stream, whose cached blocks the compute stream does not reuse: in
         # reserved memory they add to the compute peak. Allocated, they grow as backward frees
         # activations; the planning peak counts both, an upper bound. Offloading on one GPU, or
         # through DeepSpeed, is DeepSpeed's ZeRO-Offload (_exports._recipe.parallel_of): none kept.
         fsdp1 = (shard == ZERO3) & (n > 1) & (opts.fsdp == 1) & (opts.framework != "deepspeed")
-        native = (opts.optimizer == "adamw-bf16") & ~rebuilt
-        kept = np.where(full, sizes.total_params * np.where(native, dense, 4.0) / n, grads)
+        kept = trainable * 4.0 / n if opts.fp32_flat_params else grads
+        if opts.optimizer_in_backward:
+            # FSDP1 hands each handle's shard to its optimizer and drops it (_post_backward_use_sharded_grad_views).
+            kept = np.minimum(kept, largest_param(sizes) * 4.0 / n)
         weights, adapters, grads = weights * 0.0, adapters * 0.0, np.where(fsdp1, kept, 0.0)
     on_gpu_optim = 0.0 if opts.offload_optimizer or opts.offload_params else 1.0
     optim = np.where(full, sizes.total_params * o_b, sizes.lora_params * ao + extra * co) / shard_o * on_gpu_optim

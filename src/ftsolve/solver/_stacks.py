@@ -100,6 +100,11 @@ class Stack:
     # FSDP2 for the stacks ftsolve exports (its configs write fsdp_version 2), FSDP1 for LitGPT,
     # whose Lightning FSDPStrategy wraps with FullyShardedDataParallel.
     fsdp_versions: tuple[int, ...] = (2, 1)
+    # Whether FSDP keeps its trainable flat parameters, and so their gradients, in fp32: accelerate
+    # upcasts them under mixed precision (accelerator.py prepare_model, "Upcasted low precision
+    # parameters"), which every stack that trains through it does; LitGPT's bf16-true and
+    # torchtune keep the model's dtype (MemoryOptions.fsdp_fp32_params).
+    fsdp_fp32_params: bool = True
     sources: tuple[tuple[str, str], ...] = ()  # (fact, where the stack's source shows it)
 
 
@@ -203,6 +208,7 @@ STACKS: dict[str, Stack] = {
             optimizer="adamw-bf16",
             softcaps_logits=False,
             fsdp_versions=(2,),
+            fsdp_fp32_params=False,
             sources=(
                 (
                     "shards with FSDP2 only",
@@ -321,6 +327,7 @@ STACKS: dict[str, Stack] = {
             optimizer_step="foreach",
             optimizer="adamw-bf16",
             fsdp_versions=(1, 2),
+            fsdp_fp32_params=False,
             sources=(
                 (
                     "bf16-true full fine-tuning: no fp32 master, AdamW moments in bf16",
