@@ -39,7 +39,7 @@ import csv
 import functools
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -320,6 +320,10 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         # Every FSDP run here wrapped with torch's FullyShardedDataParallel (FSDP1): LitGPT's
         # FSDPStrategy, Trainer/accelerate before fully_shard reached them, universal-llm-trainer.
         fsdp_version=1 if "fsdp" in shard_text and "fsdp2" not in shard_text else None,
+        # universal-llm-trainer wraps its bf16 model with torch's FSDP itself (src/trainer/build.py
+        # @aefdc4a, MixedPrecision(param_dtype=float16)): the flat parameters stay bf16, no
+        # accelerate to upcast them.
+        fsdp_fp32_params=False if ult else None,
         # LitGPT (finetune/lora.py), Qwen (finetune.py LoraArguments) and ms-swift all default
         # to lora_dropout 0.05; none of the rows states another value.
         lora_dropout=0.05 if method != "full" else 0.0,
@@ -334,13 +338,13 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
     # Accumulation matters under FSDP (unsharded gradients); every FSDP row states it, directly or
     # as the config's global_batch_size (LitGPT config hub notes).
     accum = int(float(row["grad_accum"] or 1))
+    global_batch = re.search(r"global_batch_size (\d+)", row["notes"])
+    if not row["grad_accum"] and global_batch:
+        accum = max(1, -(-int(global_batch.group(1)) // (micro * n)))
     if ult:
         # Its loop calls backward on every micro-batch without FSDP's no_sync (src/trainer/trainer.py
         # @aefdc4a): each backward reduce-scatters, as without accumulation.
         accum = 1
-    global_batch = re.search(r"global_batch_size (\d+)", row["notes"])
-    if not row["grad_accum"] and global_batch:
-        accum = max(1, -(-int(global_batch.group(1)) // (micro * n)))
     if precision == "int8":
         # ms-swift files int8 GPTQ bases under "qlora"; ftsolve calls that 8-bit base LoRA.
         method = "lora"
@@ -707,20 +711,21 @@ def summary(outcomes: list[Outcome]) -> dict[str, tuple[float, float, int]]:
 
 def bands(outcomes: list[Outcome]) -> dict[str, float]:
     """The 90th percentile of |error| per method and stack (`method/stack`, with at least 5 rows),
-    per method (`method`) and overall (`all`): the band each estimate states. A stack's rows from
-    one source may widen its method's band but not narrow it: one source's habits are not a
-    stack's."""
+    per method (`method`) and overall (`all`): the band each estimate states. A stack's rows may
+    narrow its method's band only when two sources give 5 rows each; otherwise they may widen it:
+    one source's habits are not a stack's."""
     groups: dict[str, list[float]] = defaultdict(list)
-    sources: dict[str, set[str]] = defaultdict(set)
+    rows_by_source: dict[str, Counter[str]] = defaultdict(Counter)
     for o in outcomes:
         if o.error is not None:
             for key in (f"{o.case.method}/{o.case.stack}", o.case.method, "all"):
                 groups[key].append(abs(o.error))
-                sources[key].add(o.case.source)
+                rows_by_source[key][o.case.source] += 1
     p90 = {key: round(float(np.percentile(e, 90)), 3) for key, e in sorted(groups.items()) if len(e) >= 5}
     for key in p90:
         method = key.split("/")[0]
-        if "/" in key and len(sources[key]) < 2 and method in p90:
+        informed = sum(n >= 5 for n in rows_by_source[key].values())
+        if "/" in key and informed < 2 and method in p90:
             p90[key] = max(p90[key], p90[method])
     return p90
 

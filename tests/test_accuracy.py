@@ -25,7 +25,7 @@ DATA = memory_accuracy.DEFAULT_CSV
 SLACK = 0.005  # half a percentage point: the reported figures are rounded to 0.1
 
 # method: (median, p90) of |predicted / measured - 1|, leave-one-source-out
-MEMORY_REPORTED = {"full": (0.060, 0.201), "lora": (0.076, 0.245), "qlora": (0.098, 0.276), "all": (0.076, 0.256)}
+MEMORY_REPORTED = {"full": (0.060, 0.201), "lora": (0.076, 0.245), "qlora": (0.098, 0.275), "all": (0.076, 0.256)}
 THROUGHPUT_REPORTED = {"full": (0.106, 0.234), "lora": (0.099, 0.366), "qlora": (0.185, 0.327), "all": (0.12, 0.329)}
 # GPU-type pairs of the same job whose measured order the held-out prediction gets wrong: the RTX 4090
 # beats the A100 at micro-batches of 1-4 x 256 tokens in optimum-benchmark's runs (a host-bound regime).
@@ -113,5 +113,6 @@ def test_universal_llm_trainer_rows_are_read_with_their_own_loop() -> None:
     assert {c.opts.optimizer for c in read if c.method == "full"} == {"adamw-bf16"}
     # Its FSDP runs offload parameters to the CPU through FSDP1, with the hf stack's accounting.
     fsdp = [c for c in read if c.n_gpus > 1]
-    assert fsdp and all(c.opts.offload_params and c.opts.fsdp_version == 1 and c.sharding == "zero3" for c in fsdp)
+    assert fsdp and all(c.opts.offload_params and c.opts.fsdp == 1 and c.sharding == "zero3" for c in fsdp)
+    assert not any(c.opts.fp32_flat_params for c in fsdp)  # its own FSDP wrap of a bf16 model
     assert {c.stack for c in read} == {"hf"}
