@@ -239,6 +239,14 @@ def test_accelerate_configs_load_and_every_node_gets_its_rank_and_the_head(
     assert multi >= 1
 
 
+def fsdp_plan(**recipe: Any) -> tuple[JobSpec, Plan]:
+    """A job of Llama-3.1-70B LoRA on up to 8 H100s, and its first plan sharded with FSDP."""
+    job = JobSpec(
+        model="llama-3.1-70b", train_tokens=20_000_000, seq_len=2048, methods=("lora",), max_gpus=8, gpus=("h100-sxm",)
+    ).model_copy(update=recipe)
+    return job, next(p for p in ftsolve.plan(job, CATALOG, top=5).plans if p.sharding == "zero3" and p.n_gpus > 1)
+
+
 @pytest.mark.parametrize("version", [1, 2])
 def test_the_jobs_fsdp_version_is_the_one_accelerate_axolotl_and_transformers_run(
     version: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -248,16 +256,7 @@ def test_the_jobs_fsdp_version_is_the_one_accelerate_axolotl_and_transformers_ru
     import torch
     from accelerate.utils.launch import prepare_multi_gpu_env
 
-    job = JobSpec(
-        model="llama-3.1-70b",
-        train_tokens=20_000_000,
-        seq_len=2048,
-        methods=("lora",),
-        max_gpus=8,
-        gpus=("h100-sxm",),
-        fsdp_version=version,
-    )
-    p = next(p for p in ftsolve.plan(job, CATALOG, top=5).plans if p.sharding == "zero3" and p.n_gpus > 1)
+    job, p = fsdp_plan(fsdp_version=version)
     (tmp_path / "accelerate.yaml").write_text(yaml.safe_dump(export_plan("accelerate", p, job, CATALOG)))
     parsed = launch.launch_command_parser().parse_args(["--config_file", str(tmp_path / "accelerate.yaml"), "t.py"])
     for name, value in prepare_multi_gpu_env(launch._validate_launch_command(parsed)[0]).items():
@@ -281,16 +280,7 @@ def test_the_jobs_fsdp_version_is_the_one_accelerate_axolotl_and_transformers_ru
 def test_an_export_says_when_accelerate_holds_fsdps_parameters_in_fp32_and_the_plan_did_not(
     fp32_params: bool | None,
 ) -> None:
-    job = JobSpec(
-        model="llama-3.1-70b",
-        train_tokens=20_000_000,
-        seq_len=2048,
-        methods=("lora",),
-        max_gpus=8,
-        gpus=("h100-sxm",),
-        fsdp_fp32_params=fp32_params,
-    )
-    p = next(p for p in ftsolve.plan(job, CATALOG, top=5).plans if p.sharding == "zero3" and p.n_gpus > 1)
+    job, p = fsdp_plan(fsdp_fp32_params=fp32_params)
     for target in ("axolotl", "transformers"):
         said = "trainable parameters and their gradients in fp32" in render_export(target, p, job, CATALOG)
         assert said == (fp32_params is False), target
