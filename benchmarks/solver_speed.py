@@ -302,6 +302,22 @@ print(json.dumps({"import": t1 - t0, "load": t2 - t1, "plan": t3 - t2, "offers":
 """
 
 
+# The floor of any first load: pandas' C parser reading the same file as text cells, nothing else.
+_PARSE_BASELINE = """
+import json, sys, time
+import pandas as pd
+t0 = time.perf_counter()
+pd.read_csv(sys.argv[1], dtype=str, keep_default_na=False, engine="c")
+print(json.dumps({"parse": time.perf_counter() - t0}))
+"""
+
+
+def _baseline_parse_s(path: str) -> float:
+    done = subprocess.run([sys.executable, "-c", _PARSE_BASELINE, path], capture_output=True, text=True, check=True)
+    out: float = json.loads(done.stdout.strip().splitlines()[-1])["parse"]
+    return out
+
+
 def _probe(args: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
     done = subprocess.run(
         [sys.executable, "-c", _BIG_PROBE, *args], capture_output=True, text=True, check=False, env=env
@@ -319,6 +335,8 @@ def _big_catalog_rows(n: int, cold_runs: int = 5, runs: int = 1, first_runs: int
     folder of its own, so each is a first load. Then `runs` processes load the unchanged file from
     the cache. One row per process (this machine's speed varies by a quarter to a half from
     minute to minute); each target is judged on the median of its rows, with the slowest shown beside it.
+    Each first load is preceded by a bare pandas.read_csv of the file in a fresh process: their
+    ratio is this machine's speed taken out of the first load.
     cpu s: the process's CPU time, import included (threads add up)."""
     cold = sorted(_probe([])["load"] for _ in range(cold_runs))
     print(
@@ -329,10 +347,14 @@ def _big_catalog_rows(n: int, cold_runs: int = 5, runs: int = 1, first_runs: int
     if n <= 0:
         return
     seen: dict[str, list[tuple[float, float]]] = {"first load (parse, cache)": [], "later loads (cached)": []}
+    baseline: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "offers.csv")
         write_big_catalog(path, n)
         for i in range(first_runs + runs):
+            if i < first_runs:  # interleaved, so that both see the machine at the same speed
+                baseline.append(_baseline_parse_s(path))
+                print(f"{f'{n:,} offers, bare pandas.read_csv (baseline)':44s} {'':8s} {baseline[-1]:7.2f}")
             # A cache folder per first load; the later loads read the last one's entry (catalog/_cache.py).
             env = dict(os.environ, FTSOLVE_HOME=os.path.join(tmp, f"home{min(i, first_runs - 1)}"))
             r = _probe([path], env)
@@ -343,6 +365,13 @@ def _big_catalog_rows(n: int, cold_runs: int = 5, runs: int = 1, first_runs: int
                 f"{total:8.2f} {r['peak_mib']:9.0f} {r['cpu']:6.2f}"
             )
             seen[label].append((total, r["peak_mib"]))
+    if baseline and seen["first load (parse, cache)"]:
+        firsts = sorted(t for t, _ in seen["first load (parse, cache)"])
+        floor = sorted(baseline)[len(baseline) // 2]
+        print(
+            f"first load + plan / bare pandas parse of the same file (medians, same runs): "
+            f"{firsts[len(firsts) // 2] / floor:.2f}x ({floor:.2f} s baseline)"
+        )
     for label, rows in seen.items():
         if not rows:
             continue
