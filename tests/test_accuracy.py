@@ -2,9 +2,9 @@
 
 Each figure below is what `python benchmarks/memory_accuracy.py` and
 `python benchmarks/throughput_accuracy.py` printed as their last line when it was last reported
-(memory: 2026-12-03, after Gemma-2's softcapped logits; throughput: 2026-12-02). A change that
-makes the held-out error worse than that fails here, whatever it does in sample; a change that
-improves it should lower these figures.
+(memory: 2026-12-03, with universal-llm-trainer and FSDP1's offloaded gradient shards; throughput:
+2026-12-02). A change that makes the held-out error worse than that fails here, whatever it does
+in sample; a change that improves it should lower these figures.
 """
 
 from __future__ import annotations

@@ -147,16 +147,13 @@ class MemoryOptions:
     @property
     def fp32_flat_params(self) -> bool:
         """Whether FSDP holds the trainable flat parameters in fp32: as asked, else the stack's."""
-        if self.fsdp_fp32_params is not None:
-            return self.fsdp_fp32_params
-        return STACKS[self.stack].fsdp_fp32_params if self.stack in STACKS else True
+        asked = self.fsdp_fp32_params
+        return STACKS[self.stack].fsdp_fp32_params if asked is None else asked
 
     @property
     def fsdp(self) -> int:
         """The FSDP version it runs: the one asked for, else the stack's."""
-        if self.fsdp_version is not None:
-            return self.fsdp_version
-        return STACKS[self.stack].fsdp_versions[0] if self.stack in STACKS else 2
+        return STACKS[self.stack].fsdp_versions[0] if self.fsdp_version is None else self.fsdp_version
 
     @classmethod
     def for_stack(cls, stack: str = "hf", **overrides: Any) -> MemoryOptions:
