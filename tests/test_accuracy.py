@@ -30,6 +30,8 @@ THROUGHPUT_REPORTED = {"full": (0.106, 0.234), "lora": (0.099, 0.366), "qlora": 
 # GPU-type pairs of the same job whose measured order the held-out prediction gets wrong: the RTX 4090
 # beats the A100 at micro-batches of 1-4 x 256 tokens in optimum-benchmark's runs (a host-bound regime).
 THROUGHPUT_ORDERING_WRONG_REPORTED = 5
+# Runs that succeeded but that a plan would leave out: their peak plus the band is above the card.
+MEMORY_HEADROOM_REFUSED_OK_REPORTED = 27
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +54,10 @@ def test_memory_fit_verdicts_do_not_regress(memory_loso: list[memory_accuracy.Ou
     assert n_ok > 100 and n_oom > 10
     assert wrong_ok == 0  # runs that succeeded but are predicted not to fit
     assert right_oom == n_oom  # every run that went out of memory is predicted not to fit
+    # With the headroom a plan keeps (the peak plus its band), runs that used most of their card are
+    # not planned: as many as last reported at most, and still every OOM run refused.
+    roomy_ok, _, roomy_oom, _ = memory_accuracy._verdicts(memory_loso, headroom=True)
+    assert wrong_ok <= roomy_ok <= MEMORY_HEADROOM_REFUSED_OK_REPORTED and roomy_oom == n_oom
 
 
 def test_stated_memory_bands_cover_the_validated_error(memory_loso: list[memory_accuracy.Outcome]) -> None:

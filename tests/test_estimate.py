@@ -21,6 +21,19 @@ def test_breakdown_sums_to_the_peak_and_checks_the_card() -> None:
     assert est.fits is True and est.usable_gib is not None and est.peak_gib < est.usable_gib
     big = estimate_memory("llama-3.1-70b", method="lora", seq_len=8192, gradient_checkpointing=False, gpu="rtx-4090")
     assert big.fits is False
+    assert big.fits_with_headroom is False and est.fits_with_headroom is True
+
+
+def test_a_peak_within_the_card_but_not_its_band_is_told_apart() -> None:
+    # 13B QLoRA at 1,024 tokens on a 16 GB T4: the peak fits, the headroom plans keep does not.
+    est = estimate_memory("llama-2-13b", method="qlora", seq_len=1024, gpu="t4")
+    assert est.usable_gib is not None
+    assert est.peak_gib <= est.usable_gib < est.peak_gib * (1.0 + est.error_band)
+    assert est.fits is True and est.fits_with_headroom is False
+    flags = ["--model", "llama-2-13b", "--method", "qlora", "--seq-len", "1024", "--gpu", "t4"]
+    r = CliRunner().invoke(cli, ["estimate", "memory", *flags])
+    assert r.exit_code == 0, r.output
+    assert "fits, but not with headroom" in r.output and f"±{est.error_band:.0%}" in r.output
 
 
 def test_memory_grows_with_the_things_that_should_grow_it() -> None:

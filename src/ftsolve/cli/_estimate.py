@@ -13,7 +13,7 @@ from ftsolve._units import parse_count
 from ftsolve.cli._common import console, errors, plain
 from ftsolve.cli._options import FC, RECIPE_FIELDS, field_option, field_options
 from ftsolve.solver import JobSpec
-from ftsolve.solver._estimate import estimate_memory, estimate_time
+from ftsolve.solver._estimate import MemoryEstimate, estimate_memory, estimate_time
 from ftsolve.solver._memory import SHARD_NAMES, MemoryOptions
 
 
@@ -131,8 +131,17 @@ def estimate_memory_cmd(
         f"nvidia-smi about {est.device_gib:.2f} GiB"
     )
     if est.gpu is not None:
-        verdict = "fits" if est.fits else "does NOT fit"
-        con.print(f"  {plain(est.gpu)}: usable {est.usable_gib:.1f} GiB -> {verdict}")
+        con.print(f"  {plain(est.gpu)}: usable {est.usable_gib:.1f} GiB -> {_verdict(est)}")
+
+
+def _verdict(est: MemoryEstimate) -> str:
+    """Whether the peak fits, and whether it does with the headroom a plan keeps for the band."""
+    if not est.fits:
+        return "does NOT fit"
+    need = f"{est.peak_gib * (1.0 + est.error_band):.1f} GiB with the ±{est.error_band:.0%} headroom plans keep"
+    if est.fits_with_headroom:
+        return f"fits ({need})"
+    return f"fits, but not with headroom: {need}; plans leave it out unless --memory-margin is smaller"
 
 
 @estimate_group.command("time")

@@ -87,7 +87,12 @@ class MemoryEstimate(BaseModel):
     architecture_source: str
     gpu: str | None = None
     usable_gib: float | None = None
-    fits: bool | None = None
+    fits: bool | None = Field(default=None, description="the planning peak is within the GPU's usable memory")
+    fits_with_headroom: bool | None = Field(
+        default=None,
+        description="the planning peak plus its band (error_band, the headroom plans keep) is within the usable "
+        "memory: only such a configuration is planned, unless --memory-margin sets a smaller headroom",
+    )
 
 
 def arch_from_param_count(n_params: float) -> ModelArch:
@@ -281,11 +286,12 @@ def estimate_memory(
     step = float(np.ravel(terms.step)[0])
     managed = sum(float(v[0]) for v in terms.managed.values()) / k.GIB
     peak = float(terms.peak_bytes(_a(micro_batch))[0]) / k.GIB
-    usable = fits = None
+    band = max(k.memory_band(method, opts.stack), row.band)
+    usable = fits = roomy = None
     if gpu is not None:
         hw = _one_gpu(catalog, gpu, row, n_gpus, 1)
         usable = round(float(hw.usable_bytes[0]) / k.GIB, 3)
-        fits = peak <= usable
+        fits, roomy = peak <= usable, peak * (1.0 + band) <= usable
     return MemoryEstimate(
         model=row.arch.name,
         params_b=round(row.sizes.total_params / 1e9, 4),
@@ -304,11 +310,12 @@ def estimate_memory(
         managed_gib=round(managed, 3),
         optimizer_step_gib=round(step / k.GIB, 3),
         peak_gib=round(peak, 3),
-        error_band=max(k.memory_band(method, opts.stack), row.band),
+        error_band=band,
         architecture_source=row.where,
         gpu=gpu,
         usable_gib=usable,
         fits=fits,
+        fits_with_headroom=roomy,
     )
 
 
