@@ -28,12 +28,15 @@ def test_a_peak_within_the_card_but_not_its_band_is_told_apart() -> None:
     # 13B QLoRA at 1,024 tokens on a 16 GB T4: the peak fits, the headroom plans keep does not.
     est = estimate_memory("llama-2-13b", method="qlora", seq_len=1024, gpu="t4")
     assert est.usable_gib is not None
-    assert est.peak_gib <= est.usable_gib < est.peak_gib * (1.0 + est.error_band)
+    assert est.peak_gib <= est.usable_gib < est.peak_gib * (1.0 + est.headroom_band)
     assert est.fits is True and est.fits_with_headroom is False
     flags = ["--model", "llama-2-13b", "--method", "qlora", "--seq-len", "1024", "--gpu", "t4"]
     r = CliRunner().invoke(cli, ["estimate", "memory", *flags])
     assert r.exit_code == 0, r.output
-    assert "fits, but not with headroom" in r.output and f"±{est.error_band:.0%}" in r.output
+    assert "the peak fits, but not with headroom" in r.output and f"{est.headroom_band:.0%} headroom" in r.output
+    # A bare parameter count states a wider band, but plans keep the method's headroom all the same.
+    guessed = estimate_memory(13e9, method="qlora", seq_len=1024, gpu="t4")
+    assert guessed.error_band > guessed.headroom_band == est.headroom_band
 
 
 def test_memory_grows_with_the_things_that_should_grow_it() -> None:
@@ -142,6 +145,21 @@ def test_planner_uses_the_same_memory_model() -> None:
         lora_rank=job.lora_rank,
     )
     assert est.peak_gib == pytest.approx(p.memory.peak_gib, abs=0.01)
+    # The headroom the estimate tests is the one the plan kept, and the plan's configuration passes it.
+    on_card = estimate_memory(
+        "llama-3.1-8b",
+        method="qlora",
+        seq_len=2048,
+        micro_batch=p.micro_batch,
+        grad_accum=p.grad_accum,
+        n_gpus=p.n_gpus,
+        sharding=p.sharding,
+        gradient_checkpointing=p.gradient_checkpointing,
+        lora_rank=job.lora_rank,
+        gpu=p.offer.gpu,
+    )
+    assert on_card.headroom_band == pytest.approx(p.memory.band) and on_card.fits_with_headroom is True
+    assert on_card.usable_gib == pytest.approx(p.memory.usable_gib, abs=0.01)
 
 
 def test_double_quant_and_head_options_reach_the_cli_and_the_planner() -> None:

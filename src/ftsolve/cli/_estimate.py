@@ -138,10 +138,10 @@ def _verdict(est: MemoryEstimate) -> str:
     """Whether the peak fits, and whether it does with the headroom a plan keeps for the band."""
     if not est.fits:
         return "does NOT fit"
-    need = f"{est.peak_gib * (1.0 + est.error_band):.1f} GiB with the ±{est.error_band:.0%} headroom plans keep"
+    need = f"{est.peak_gib * (1.0 + est.headroom_band):.1f} GiB with the {est.headroom_band:.0%} headroom plans keep"
     if est.fits_with_headroom:
         return f"fits ({need})"
-    return f"fits, but not with headroom: {need}; plans leave it out unless --memory-margin is smaller"
+    return f"the peak fits, but not with headroom: {need}; plans leave it out unless --memory-margin is smaller"
 
 
 @estimate_group.command("time")

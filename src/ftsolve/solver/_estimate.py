@@ -88,10 +88,15 @@ class MemoryEstimate(BaseModel):
     gpu: str | None = None
     usable_gib: float | None = None
     fits: bool | None = Field(default=None, description="the planning peak is within the GPU's usable memory")
+    headroom_band: float = Field(
+        default=0.0,
+        description="the headroom a plan keeps above the peak by default, as a share of it: the validated band "
+        "for the method and stack (a bare parameter count's wider error_band is not kept; --memory-margin sets "
+        "another, and a calibration of the GPU and method may narrow it)",
+    )
     fits_with_headroom: bool | None = Field(
         default=None,
-        description="the planning peak plus its band (error_band, the headroom plans keep) is within the usable "
-        "memory: only such a configuration is planned, unless --memory-margin sets a smaller headroom",
+        description="the planning peak plus headroom_band is within the usable memory: the planner's default test",
     )
 
 
@@ -286,12 +291,12 @@ def estimate_memory(
     step = float(np.ravel(terms.step)[0])
     managed = sum(float(v[0]) for v in terms.managed.values()) / k.GIB
     peak = float(terms.peak_bytes(_a(micro_batch))[0]) / k.GIB
-    band = max(k.memory_band(method, opts.stack), row.band)
+    headroom = k.memory_band(method, opts.stack)  # as the planner's headroom_band, uncalibrated
     usable = fits = roomy = None
     if gpu is not None:
         hw = _one_gpu(catalog, gpu, row, n_gpus, 1)
         usable = round(float(hw.usable_bytes[0]) / k.GIB, 3)
-        fits, roomy = peak <= usable, peak * (1.0 + band) <= usable
+        fits, roomy = peak <= usable, peak * (1.0 + headroom) <= usable
     return MemoryEstimate(
         model=row.arch.name,
         params_b=round(row.sizes.total_params / 1e9, 4),
@@ -310,11 +315,12 @@ def estimate_memory(
         managed_gib=round(managed, 3),
         optimizer_step_gib=round(step / k.GIB, 3),
         peak_gib=round(peak, 3),
-        error_band=band,
+        error_band=max(headroom, row.band),
         architecture_source=row.where,
         gpu=gpu,
         usable_gib=usable,
         fits=fits,
+        headroom_band=headroom,
         fits_with_headroom=roomy,
     )
 
