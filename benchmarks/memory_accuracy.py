@@ -18,8 +18,8 @@ How rows are read (each choice is the source's own documentation, see MEASURED.m
 - LitGPT (resource tables, config hub): bf16-true weights, torch AdamW (state in bf16, pure-bf16
   regime for full fine-tuning), adapters in bf16, PagedAdamW 32-bit for QLoRA, chunked
   cross-entropy, torch.cuda.max_memory_allocated in GB (1e9). The resource tables use Alpaca
-  without a length cap: the peak comes from the longest sample, 1044-1304 tokens depending on the
-  tokenizer, taken as 1174 (midpoint).
+  without a length cap: the peak comes from the longest sample, whose length the tables state for
+  each model's tokenizer (phi-1.5 1044 tokens, StableLM Alpha 1034, Llama 2 1304, Falcon 1079).
 - Qwen README and ms-swift: HF Trainer + PEFT (metric unstated); Qwen prints "G", read as GB
   (see _gib), ms-swift GiB; ms-swift reports reserved memory (`max_memory_reserved`). Full fine-tuning
   in Qwen's finetune_ds.sh runs DeepSpeed ZeRO-3 mixed precision (16 B/param); ms-swift's full runs
@@ -239,6 +239,19 @@ def cases(path: Path) -> Iterator[tuple[dict[str, str], Case | None, str]]:
             yield row, *_case(row, archs)
 
 
+# The LitGPT resource tables ran Alpaca without a length cap, so each run's peak comes from its
+# longest training example, whose length the tables state per tokenizer (Lightning-AI/litgpt
+# tutorials/resource-tables.md @4839345a: "phi1.5: 1044 tokens, StableLM Alpha: 1034 tokens,
+# Llama 2: 1304 tokens, Falcon 1079 tokens").
+_LITGPT_LONGEST_ALPACA = {
+    "phi-1.5": 1044,
+    "stablelm-base-alpha-3b": 1034,
+    "llama-2-7b": 1304,
+    "llama-2-13b": 1304,
+    "falcon-40b": 1079,
+}
+
+
 def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None, str]:
     src = row["source_key"]
     if row["kind"] != "measured":
@@ -260,7 +273,7 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         return None, "no memory figure"
     seq = row["seq_len"]
     if not seq and src == "litgpt_resource_tables":
-        seq = "1174"  # Alpaca's longest sample (1044-1304 by tokenizer), see module docstring
+        seq = str(_LITGPT_LONGEST_ALPACA.get(name, ""))
     if not seq or not row["micro_batch_size"]:
         return None, "sequence length or micro-batch not stated"
     ckpt_text = row["grad_ckpt"].lower()

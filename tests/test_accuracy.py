@@ -2,9 +2,10 @@
 
 Each figure below is what `python benchmarks/memory_accuracy.py` and
 `python benchmarks/throughput_accuracy.py` printed as their last line when it was last reported
-(memory: 2026-12-03, with universal-llm-trainer and FSDP1's offloaded gradient shards; throughput:
-2026-12-02). A change that makes the held-out error worse than that fails here, whatever it does
-in sample; a change that improves it should lower these figures.
+(memory: 2026-12-03, with LitGPT's resource tables read at the longest Alpaca example each model's
+tokenizer makes, as the tables state; throughput: 2026-12-02). A change that makes the held-out
+error worse than that fails here, whatever it does in sample; a change that improves it should
+lower these figures.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ DATA = memory_accuracy.DEFAULT_CSV
 SLACK = 0.005  # half a percentage point: the reported figures are rounded to 0.1
 
 # method: (median, p90) of |predicted / measured - 1|, leave-one-source-out
-MEMORY_REPORTED = {"full": (0.060, 0.201), "lora": (0.076, 0.245), "qlora": (0.098, 0.275), "all": (0.076, 0.256)}
+MEMORY_REPORTED = {"full": (0.060, 0.201), "lora": (0.071, 0.235), "qlora": (0.098, 0.245), "all": (0.072, 0.235)}
 THROUGHPUT_REPORTED = {"full": (0.106, 0.234), "lora": (0.099, 0.366), "qlora": (0.185, 0.327), "all": (0.12, 0.329)}
 # GPU-type pairs of the same job whose measured order the held-out prediction gets wrong: the RTX 4090
 # beats the A100 at micro-batches of 1-4 x 256 tokens in optimum-benchmark's runs (a host-bound regime).
@@ -54,10 +55,10 @@ def test_memory_fit_verdicts_do_not_regress(memory_loso: list[memory_accuracy.Ou
     assert n_ok > 100 and n_oom > 10
     assert wrong_ok == 0  # runs that succeeded but are predicted not to fit
     assert right_oom == n_oom  # every run that went out of memory is predicted not to fit
-    # With the headroom a plan keeps (the peak plus its band), runs that used most of their card are
-    # not planned: as many as last reported at most, and still every OOM run refused.
-    roomy_ok, _, roomy_oom, _ = memory_accuracy._verdicts(memory_loso, headroom=True)
-    assert wrong_ok <= roomy_ok <= MEMORY_HEADROOM_REFUSED_OK_REPORTED and roomy_oom == n_oom
+    # With the headroom a plan keeps (the peak plus its band), some runs that used most of their card
+    # are not planned (the band is not zero): as many as last reported at most.
+    roomy_ok, _, _, _ = memory_accuracy._verdicts(memory_loso, headroom=True)
+    assert wrong_ok < roomy_ok <= MEMORY_HEADROOM_REFUSED_OK_REPORTED
 
 
 def test_stated_memory_bands_cover_the_validated_error(memory_loso: list[memory_accuracy.Outcome]) -> None:
