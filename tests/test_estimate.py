@@ -37,6 +37,9 @@ def test_a_peak_within_the_card_but_not_its_band_is_told_apart() -> None:
     # A bare parameter count states a wider band, but plans keep the method's headroom all the same.
     guessed = estimate_memory(13e9, method="qlora", seq_len=1024, gpu="t4")
     assert guessed.error_band > guessed.headroom_band == est.headroom_band
+    # A guessed shape that passes the headroom but not its own wider band says so.
+    r = CliRunner().invoke(cli, ["estimate", "memory", "--params", "8B", "--method", "qlora", "--gpu", "l4"])
+    assert r.exit_code == 0 and "the guessed shape's ±40% would need" in r.output, r.output
 
 
 def test_memory_grows_with_the_things_that_should_grow_it() -> None:
@@ -160,6 +163,27 @@ def test_planner_uses_the_same_memory_model() -> None:
     )
     assert on_card.headroom_band == pytest.approx(p.memory.band) and on_card.fits_with_headroom is True
     assert on_card.usable_gib == pytest.approx(p.memory.usable_gib, abs=0.01)
+
+    # The headroom is the stack's band, not only the method's: LitGPT's and ms-swift's differ from hf's.
+    for stack in ("litgpt", "ms-swift"):
+        stacked = ftsolve.JobSpec(
+            model="llama-3.1-8b", train_tokens=10_000_000, seq_len=2048, methods=("lora",), stack=stack
+        )
+        q = ftsolve.plan(stacked, top=1).plans[0]
+        est_s = estimate_memory(
+            "llama-3.1-8b",
+            method="lora",
+            seq_len=2048,
+            micro_batch=q.micro_batch,
+            grad_accum=q.grad_accum,
+            n_gpus=q.n_gpus,
+            sharding=q.sharding,
+            gradient_checkpointing=q.gradient_checkpointing,
+            lora_rank=stacked.lora_rank,
+            options=MemoryOptions.for_stack(stack),
+            gpu=q.offer.gpu,
+        )
+        assert est_s.headroom_band == pytest.approx(q.memory.band) != pytest.approx(on_card.headroom_band)
 
 
 def test_double_quant_and_head_options_reach_the_cli_and_the_planner() -> None:

@@ -140,6 +140,9 @@ def _verdict(est: MemoryEstimate) -> str:
         return "does NOT fit"
     need = f"{est.peak_gib * (1.0 + est.headroom_band):.1f} GiB with the {est.headroom_band:.0%} headroom plans keep"
     if est.fits_with_headroom:
+        wider = est.peak_gib * (1.0 + est.error_band)
+        if wider > (est.usable_gib or 0.0):  # a guessed shape: its own band is wider than the headroom
+            return f"fits ({need}; the guessed shape's ±{est.error_band:.0%} would need {wider:.1f} GiB)"
         return f"fits ({need})"
     return f"the peak fits, but not with headroom: {need}; plans leave it out unless --memory-margin is smaller"
 
