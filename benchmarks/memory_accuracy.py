@@ -214,6 +214,16 @@ def _loss(row: dict[str, str], arch: ModelArch, method: str) -> str | None:
     return "fused" if _liger(row) else None
 
 
+def _double_quant(weights: str) -> bool | None:
+    """Whether a 4-bit base ran with double quantization, where the row says: "(double quant)" or
+    "nf4-dq" where it did; a plain "nf4" where it did not (LitGPT's QLoRA configs name `bnb.nf4`,
+    whose layers keep one fp32 constant per 64 weights). None (the stack's default) otherwise."""
+    text = weights.lower()
+    if "double" in text or "nf4-dq" in text:
+        return True
+    return False if text.startswith("nf4") else None
+
+
 def _optimizer_step(row: dict[str, str], stack: str) -> str | None:
     """How the source's AdamW step ran, from the versions it states; None: the stack's default.
 
@@ -273,7 +283,9 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         return None, "no memory figure"
     seq = row["seq_len"]
     if not seq and src == "litgpt_resource_tables":
-        seq = str(_LITGPT_LONGEST_ALPACA.get(name, ""))
+        if name not in _LITGPT_LONGEST_ALPACA:
+            return None, f"longest Alpaca example of {row['model']!r} not stated"
+        seq = str(_LITGPT_LONGEST_ALPACA[name])
     if not seq or not row["micro_batch_size"]:
         return None, "sequence length or micro-batch not stated"
     ckpt_text = row["grad_ckpt"].lower()
@@ -343,6 +355,7 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         # to lora_dropout 0.05; none of the rows states another value.
         lora_dropout=0.05 if method != "full" else 0.0,
         quant_kernel="gptq" if "gptq" in row["weight_precision"].lower() else "bitsandbytes",
+        double_quant=_double_quant(row["weight_precision"]),
         # Qwen's finetune/ds_config_zero2.json sets reduce_bucket_size 2e8 (its ZeRO-3 config
         # leaves "auto", as ms-swift's do).
         deepspeed_bucket_elements=2e8 if src == "qwen_readme_profiling" and sharding == "zero2" else None,

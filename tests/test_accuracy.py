@@ -3,7 +3,8 @@
 Each figure below is what `python benchmarks/memory_accuracy.py` and
 `python benchmarks/throughput_accuracy.py` printed as their last line when it was last reported
 (memory: 2026-12-03, with LitGPT's resource tables read at the longest Alpaca example each model's
-tokenizer makes, as the tables state; throughput: 2026-12-02). A change that makes the held-out
+tokenizer makes, as the tables state, and plain-nf4 rows without double quantization; throughput:
+2026-12-02). A change that makes the held-out
 error worse than that fails here, whatever it does in sample; a change that improves it should
 lower these figures.
 """
@@ -26,13 +27,13 @@ DATA = memory_accuracy.DEFAULT_CSV
 SLACK = 0.005  # half a percentage point: the reported figures are rounded to 0.1
 
 # method: (median, p90) of |predicted / measured - 1|, leave-one-source-out
-MEMORY_REPORTED = {"full": (0.060, 0.201), "lora": (0.071, 0.235), "qlora": (0.098, 0.245), "all": (0.072, 0.235)}
+MEMORY_REPORTED = {"full": (0.060, 0.201), "lora": (0.068, 0.235), "qlora": (0.095, 0.245), "all": (0.068, 0.235)}
 THROUGHPUT_REPORTED = {"full": (0.106, 0.234), "lora": (0.099, 0.366), "qlora": (0.185, 0.327), "all": (0.12, 0.329)}
 # GPU-type pairs of the same job whose measured order the held-out prediction gets wrong: the RTX 4090
 # beats the A100 at micro-batches of 1-4 x 256 tokens in optimum-benchmark's runs (a host-bound regime).
 THROUGHPUT_ORDERING_WRONG_REPORTED = 5
 # Runs that succeeded but that a plan would leave out: their peak plus the band is above the card.
-MEMORY_HEADROOM_REFUSED_OK_REPORTED = 27
+MEMORY_HEADROOM_REFUSED_OK_REPORTED = 23
 
 
 @pytest.fixture(scope="module")

@@ -50,7 +50,7 @@ DYNAMIC_MARGIN = Coefficient(
     "physics.md §5: ~10% multiplicative margin on the dynamic part",
 )
 ACTIVATION_SCALE = Coefficient(
-    1.426,
+    1.407,
     "x the lean derivation of saved activations (c = 41 bytes·s·b·h per layer for Llama-3-8B)",
     "physics.md §3.2: implementations keep extra copies (fp32 norm intermediates, RoPE outputs); "
     "stas00/ml-engineering measured c ≈ 56 for HF Llama-3.1-8B, i.e. 1.37",
@@ -86,13 +86,13 @@ MEMORY_BANDS: dict[str, float] = {
     "full/ms-swift": 0.239,
     "lora": 0.235,
     "lora/deepspeed": 0.235,
-    "lora/hf": 0.208,
-    "lora/litgpt": 0.125,
+    "lora/hf": 0.210,
+    "lora/litgpt": 0.119,
     "lora/ms-swift": 0.344,
     "qlora": 0.245,
     "qlora/deepspeed": 0.245,
     "qlora/hf": 0.245,
-    "qlora/litgpt": 0.166,
+    "qlora/litgpt": 0.151,
     "qlora/ms-swift": 0.447,
 }
 
@@ -135,7 +135,7 @@ LORA_STATE_BYTES_PER_PARAM = Coefficient(
 # (benchmarks/memory_accuracy.py fit), so a stack few sources inform stays near the others.
 FRAMEWORK_RUNTIME_GIB: dict[str, Coefficient] = {
     "hf": Coefficient(
-        3.293,
+        3.300,
         "GiB",
         "HF Trainer/PEFT runtime buffers",
         _FITTED + " (the hf rows: Qwen README LoRA, philschmid, universal-llm-trainer)",
