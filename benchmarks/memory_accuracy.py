@@ -198,19 +198,25 @@ def _liger(row: dict[str, str]) -> bool:
     return "liger" in text and not any(t in text for t in ("no liger", "liger was off", "liger off"))
 
 
-def _loss(row: dict[str, str], arch: ModelArch, method: str) -> str | None:
+def _loss(row: dict[str, str], arch: ModelArch, method: str, deepspeed: bool) -> str | None:
     """How the source's loss holds the logits; None: the stack's default.
 
     Qwen-1's remote modelling code takes the cross-entropy of bf16 logits (modeling_qwen.py:
-    CrossEntropyLoss on lm_logits without .float()); transformers' own models upcast.
+    CrossEntropyLoss on lm_logits without .float()); transformers' own models upcast. That holds
+    only under DeepSpeed: without it, the Trainer's bf16 mixed precision runs the forward under
+    autocast (accelerate's prepare_model), whose cross-entropy and log-softmax run in fp32, so the
+    logits are upcast all the same (Qwen's finetune_lora_single_gpu.sh: --bf16 True, no
+    --deepspeed; ms-swift's sft without DeepSpeed).
     universal-llm-trainer calls the forward without labels, so transformers keeps bf16 logits; its
     QLoRA keeps lm_head in fp32 without autocast: fp32 logits, priced as the upcast loss's.
     """
     ult = row["source_key"] == "universal_llm_trainer"
     if ult and method == "qlora":
         return "fp32-upcast"
-    if arch.family == "qwen" or ult:
+    if (arch.family == "qwen" and deepspeed) or ult:
         return "bf16"
+    if arch.family == "qwen":
+        return "fp32-upcast"
     return "fused" if _liger(row) else None
 
 
@@ -336,7 +342,7 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         stack,
         optimizer=optimizer,
         adapter_dtype="fp32" if fp32_model else None,
-        loss=_loss(row, arch, method),
+        loss=_loss(row, arch, method, deepspeed),
         # Alpaca (LitGPT resource tables) and ms-swift's datasets come in batches of varying length.
         variable_length=src in ("litgpt_resource_tables",) or swift,
         lora_targets=targets,

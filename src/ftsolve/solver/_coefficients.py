@@ -50,14 +50,14 @@ DYNAMIC_MARGIN = Coefficient(
     "physics.md §5: ~10% multiplicative margin on the dynamic part",
 )
 ACTIVATION_SCALE = Coefficient(
-    1.407,
+    1.409,
     "x the lean derivation of saved activations (c = 41 bytes·s·b·h per layer for Llama-3-8B)",
     "physics.md §3.2: implementations keep extra copies (fp32 norm intermediates, RoPE outputs); "
     "stas00/ml-engineering measured c ≈ 56 for HF Llama-3.1-8B, i.e. 1.37",
     _FITTED,
 )
 RESERVED_FRAGMENTATION = Coefficient(
-    2.0,
+    1.9,
     "x the short-lived dynamic part (the logits, and with checkpointing the re-materialized layer) "
     "reserved beyond allocated when batches vary in length; bounded to [0, 2]",
     "physics.md §5: reserved - allocated, worse with variable sequence lengths; the few large "
@@ -78,22 +78,22 @@ EAGER_ATTENTION_BYTES_PER_SCORE = Coefficient(
 # benchmarks/memory_accuracy.py ("bands"), 2026-12-03; tests/test_accuracy.py keeps these at
 # least as wide as what the benchmark measures.
 MEMORY_BANDS: dict[str, float] = {
-    "all": 0.235,
-    "full": 0.201,
-    "full/deepspeed": 0.259,
-    "full/hf": 0.201,
-    "full/litgpt": 0.201,
-    "full/ms-swift": 0.239,
-    "lora": 0.235,
-    "lora/deepspeed": 0.235,
-    "lora/hf": 0.210,
-    "lora/litgpt": 0.119,
-    "lora/ms-swift": 0.344,
-    "qlora": 0.245,
-    "qlora/deepspeed": 0.245,
-    "qlora/hf": 0.245,
-    "qlora/litgpt": 0.151,
-    "qlora/ms-swift": 0.447,
+    "all": 0.180,
+    "full": 0.182,
+    "full/deepspeed": 0.182,
+    "full/hf": 0.182,
+    "full/litgpt": 0.182,
+    "full/ms-swift": 0.297,
+    "lora": 0.194,
+    "lora/deepspeed": 0.196,
+    "lora/hf": 0.273,
+    "lora/litgpt": 0.122,
+    "lora/ms-swift": 0.194,
+    "qlora": 0.171,
+    "qlora/deepspeed": 0.171,
+    "qlora/hf": 0.171,
+    "qlora/litgpt": 0.149,
+    "qlora/ms-swift": 0.289,
 }
 
 
@@ -135,23 +135,22 @@ LORA_STATE_BYTES_PER_PARAM = Coefficient(
 # (benchmarks/memory_accuracy.py fit), so a stack few sources inform stays near the others.
 FRAMEWORK_RUNTIME_GIB: dict[str, Coefficient] = {
     "hf": Coefficient(
-        3.300,
+        2.475,
         "GiB",
         "HF Trainer/PEFT runtime buffers",
         _FITTED + " (the hf rows: Qwen README LoRA, philschmid, universal-llm-trainer)",
     ),
     "deepspeed": Coefficient(
-        2.273,
+        2.278,
         "GiB",
         "as hf; the DeepSpeed buckets are modelled apart",
         _FITTED + " (the DeepSpeed rows: Qwen README full, Q-LoRA and multi-GPU; ms-swift ZeRO-3)",
     ),
     "litgpt": Coefficient(0.0, "GiB", "LitGPT/Lightning Fabric runtime buffers", _FITTED + " (bounded at 0)"),
     "ms-swift": Coefficient(
-        3.542,
+        1.583,
         "GiB",
-        "ms-swift runtime buffers, and what its variable-length runs hold beyond the modelled dynamic memory "
-        "(its 2024 benchmark reads about 20% under the model without it)",
+        "ms-swift runtime buffers, and what its variable-length runs hold beyond the modelled dynamic memory",
         _FITTED + " (the ms-swift rows; no longer held down by its runs at the card's capacity, whose cached "
         "blocks are reclaimed before an OOM)",
     ),
