@@ -220,14 +220,17 @@ def _loss(row: dict[str, str], arch: ModelArch, method: str, deepspeed: bool) ->
     return "fused" if _liger(row) else None
 
 
-def _double_quant(weights: str) -> bool | None:
+def _double_quant(weights: str, source: str) -> bool | None:
     """Whether a 4-bit base ran with double quantization, where the row says: "(double quant)" or
-    "nf4-dq" where it did; a plain "nf4" where it did not (LitGPT's QLoRA configs name `bnb.nf4`,
-    whose layers keep one fp32 constant per 64 weights). None (the stack's default) otherwise."""
+    "nf4-dq" where it did, "no double quant" where it did not; a plain "nf4" in LitGPT's rows where
+    it did not (its QLoRA configs name `bnb.nf4`, whose layers keep one fp32 constant per 64
+    weights). None (the stack's default) otherwise: other sources write "nf4" for either."""
     text = weights.lower()
+    if "no double" in text:
+        return False
     if "double" in text or "nf4-dq" in text:
         return True
-    return False if text.startswith("nf4") else None
+    return False if source.startswith("litgpt") and text.startswith("nf4") else None
 
 
 def _optimizer_step(row: dict[str, str], stack: str) -> str | None:
@@ -361,7 +364,7 @@ def _case(row: dict[str, str], archs: dict[str, ModelArch]) -> tuple[Case | None
         # to lora_dropout 0.05; none of the rows states another value.
         lora_dropout=0.05 if method != "full" else 0.0,
         quant_kernel="gptq" if "gptq" in row["weight_precision"].lower() else "bitsandbytes",
-        double_quant=_double_quant(row["weight_precision"]),
+        double_quant=_double_quant(row["weight_precision"], src),
         # Qwen's finetune/ds_config_zero2.json sets reduce_bucket_size 2e8 (its ZeRO-3 config
         # leaves "auto", as ms-swift's do).
         deepspeed_bucket_elements=2e8 if src == "qwen_readme_profiling" and sharding == "zero2" else None,
