@@ -133,34 +133,28 @@ def test_cli_gptq_kernel_keeps_no_linear_inputs() -> None:
         estimate_memory("llama-3.1-8b", method="qlora", options=MemoryOptions(quant_kernel="awq"))
 
 
+def _estimate_at(plan: ftsolve.Plan, job: ftsolve.JobSpec, **extra: object) -> ftsolve.MemoryEstimate:
+    """estimate_memory at the plan's configuration (FSDP accumulates with unsharded gradients)."""
+    return estimate_memory(
+        job.model,
+        method=plan.method,
+        seq_len=job.seq_len,
+        micro_batch=plan.micro_batch,
+        grad_accum=plan.grad_accum,
+        n_gpus=plan.n_gpus,
+        sharding=plan.sharding,
+        gradient_checkpointing=plan.gradient_checkpointing,
+        lora_rank=job.lora_rank,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
 def test_planner_uses_the_same_memory_model() -> None:
     job = ftsolve.JobSpec(model="llama-3.1-8b", train_tokens=10_000_000, seq_len=2048, methods=("qlora",))
     p = ftsolve.plan(job, top=1).plans[0]
-    est = estimate_memory(
-        "llama-3.1-8b",
-        method="qlora",
-        seq_len=2048,
-        micro_batch=p.micro_batch,
-        grad_accum=p.grad_accum,  # FSDP accumulates with unsharded gradients
-        n_gpus=p.n_gpus,
-        sharding=p.sharding,
-        gradient_checkpointing=p.gradient_checkpointing,
-        lora_rank=job.lora_rank,
-    )
-    assert est.peak_gib == pytest.approx(p.memory.peak_gib, abs=0.01)
+    assert _estimate_at(p, job).peak_gib == pytest.approx(p.memory.peak_gib, abs=0.01)
     # The headroom the estimate tests is the one the plan kept, and the plan's configuration passes it.
-    on_card = estimate_memory(
-        "llama-3.1-8b",
-        method="qlora",
-        seq_len=2048,
-        micro_batch=p.micro_batch,
-        grad_accum=p.grad_accum,
-        n_gpus=p.n_gpus,
-        sharding=p.sharding,
-        gradient_checkpointing=p.gradient_checkpointing,
-        lora_rank=job.lora_rank,
-        gpu=p.offer.gpu,
-    )
+    on_card = _estimate_at(p, job, gpu=p.offer.gpu)
     assert on_card.headroom_band == pytest.approx(p.memory.band) and on_card.fits_with_headroom is True
     assert on_card.usable_gib == pytest.approx(p.memory.usable_gib, abs=0.01)
 
@@ -170,19 +164,7 @@ def test_planner_uses_the_same_memory_model() -> None:
             model="llama-3.1-8b", train_tokens=10_000_000, seq_len=2048, methods=("lora",), stack=stack
         )
         q = ftsolve.plan(stacked, top=1).plans[0]
-        est_s = estimate_memory(
-            "llama-3.1-8b",
-            method="lora",
-            seq_len=2048,
-            micro_batch=q.micro_batch,
-            grad_accum=q.grad_accum,
-            n_gpus=q.n_gpus,
-            sharding=q.sharding,
-            gradient_checkpointing=q.gradient_checkpointing,
-            lora_rank=stacked.lora_rank,
-            options=MemoryOptions.for_stack(stack),
-            gpu=q.offer.gpu,
-        )
+        est_s = _estimate_at(q, stacked, options=MemoryOptions.for_stack(stack), gpu=q.offer.gpu)
         assert est_s.headroom_band == pytest.approx(q.memory.band) != pytest.approx(on_card.headroom_band)
 
 
