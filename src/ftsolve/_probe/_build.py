@@ -24,7 +24,6 @@ from ftsolve._calibration import RunConfig
 from ftsolve._errors import InvalidJobSpec
 from ftsolve._exports import skypilot_problem
 from ftsolve.catalog import Catalog, ModelArch
-from ftsolve.solver import _coefficients as k
 from ftsolve.solver._estimate import estimate_memory, estimate_time, resolve_arch
 from ftsolve.solver._job import JobSpec
 from ftsolve.solver._plans import Plan
@@ -157,10 +156,9 @@ def _probe_recipe(job: JobSpec, weight_precision: str) -> tuple[dict[str, Any], 
 MASTER_COPY_OPTIMIZERS = ("adamw", "paged-adamw", "sgd", "adafactor")
 
 
-def _estimates(config: RunConfig, gpu: str, catalog: Catalog) -> tuple[float, float, float, float, float]:
-    """(peak GiB, usable GiB, reserved GiB, allocated GiB, tokens/s) of a configuration on `gpu`."""
-    c = config
-    common: dict[str, Any] = {
+def _estimate_args(c: RunConfig, catalog: Catalog) -> dict[str, Any]:
+    """What estimate_memory and estimate_time take of a configuration, beside its model and GPU."""
+    return {
         "method": c.method,
         "seq_len": c.seq_len,
         "micro_batch": c.micro_batch,
@@ -171,6 +169,12 @@ def _estimates(config: RunConfig, gpu: str, catalog: Catalog) -> tuple[float, fl
         "options": c.options(),
         "catalog": catalog,
     }
+
+
+def _estimates(config: RunConfig, gpu: str, catalog: Catalog) -> tuple[float, float, float, float, float]:
+    """(peak GiB, usable GiB, reserved GiB, allocated GiB, tokens/s) of a configuration on `gpu`."""
+    c = config
+    common = _estimate_args(c, catalog)
     mem = estimate_memory(c.model, gpu=gpu, **common)
     tps = estimate_time(c.model, gpu, host_speed=c.host_speed, **common).tokens_per_s
     return mem.peak_gib, float(mem.usable_gib or 0.0), mem.reserved_gib, mem.allocated_gib, tps
@@ -178,8 +182,7 @@ def _estimates(config: RunConfig, gpu: str, catalog: Catalog) -> tuple[float, fl
 
 def _fitting(base: RunConfig, arch: ModelArch, gpu: str, catalog: Catalog) -> tuple[RunConfig, ModelArch]:
     """The configuration with as many decoder layers (then as large a micro-batch) as fit one GPU
-    with the estimate's band of headroom."""
-    band = k.memory_band(base.method, base.stack)
+    with the headroom a plan keeps (MemoryEstimate.fits_with_headroom)."""
 
     def at(layers: int, micro_batch: int) -> tuple[RunConfig, ModelArch]:
         sliced = arch
@@ -195,8 +198,8 @@ def _fitting(base: RunConfig, arch: ModelArch, gpu: str, catalog: Catalog) -> tu
         return base.model_copy(update={"model": sliced, "micro_batch": micro_batch}), sliced
 
     def fits(layers: int, micro_batch: int) -> bool:
-        peak, usable, *_ = _estimates(at(layers, micro_batch)[0], gpu, catalog)
-        return peak * (1.0 + band) <= usable
+        config = at(layers, micro_batch)[0]
+        return bool(estimate_memory(config.model, gpu=gpu, **_estimate_args(config, catalog)).fits_with_headroom)
 
     b = base.micro_batch
     while b >= 1:
