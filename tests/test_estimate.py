@@ -13,6 +13,7 @@ from model_configs import LLAMA_31_8B
 import ftsolve
 from ftsolve import InvalidJobSpec, MemoryOptions, estimate_memory
 from ftsolve.cli import cli
+from ftsolve.solver import _coefficients as k
 
 
 def test_breakdown_sums_to_the_peak_and_checks_the_card() -> None:
@@ -158,14 +159,18 @@ def test_planner_uses_the_same_memory_model() -> None:
     assert on_card.headroom_band == pytest.approx(p.memory.band) and on_card.fits_with_headroom is True
     assert on_card.usable_gib == pytest.approx(p.memory.usable_gib, abs=0.01)
 
-    # The headroom is the stack's band, not only the method's: LitGPT's and ms-swift's differ from hf's.
+    # The headroom is the stack's band: LitGPT's and ms-swift's LoRA bands differ from hf's (LitGPT's
+    # from LoRA's too, so a band of the method alone fails here as well).
+    hf_lora = k.memory_band("lora", "hf")
     for stack in ("litgpt", "ms-swift"):
         stacked = ftsolve.JobSpec(
             model="llama-3.1-8b", train_tokens=10_000_000, seq_len=2048, methods=("lora",), stack=stack
         )
         q = ftsolve.plan(stacked, top=1).plans[0]
         est_s = _estimate_at(q, stacked, options=MemoryOptions.for_stack(stack), gpu=q.offer.gpu)
-        assert est_s.headroom_band == pytest.approx(q.memory.band) != pytest.approx(on_card.headroom_band)
+        assert est_s.headroom_band == pytest.approx(q.memory.band)
+        assert est_s.headroom_band == pytest.approx(k.memory_band("lora", stack)) != pytest.approx(hf_lora)
+    assert k.memory_band("lora", "litgpt") != pytest.approx(k.memory_band("lora", "no-such-stack"))
 
 
 def test_double_quant_and_head_options_reach_the_cli_and_the_planner() -> None:
