@@ -758,9 +758,10 @@ def bands(outcomes: list[Outcome]) -> dict[str, float]:
     rows_by_source: dict[str, Counter[str]] = defaultdict(Counter)
     for o in outcomes:
         if o.error is not None:
-            for key in (f"{o.case.method}/{o.case.stack}", o.case.method, "all"):
+            stacked = f"{o.case.method}/{o.case.stack}"
+            for key in (stacked, o.case.method, "all"):
                 groups[key].append(abs(o.error))
-                rows_by_source[key][o.case.source] += 1
+            rows_by_source[stacked][o.case.source] += 1
     p90 = {key: round(float(np.percentile(e, 90)), 3) for key, e in sorted(groups.items()) if len(e) >= 5}
     for key in p90:
         method = key.split("/")[0]
@@ -825,17 +826,24 @@ def evaluate(path: Path, show_rows: bool = False) -> dict[str, tuple[float, floa
         print(f"  without {source:28s} A {coef.activation_scale:.3f}  F {coef.fragmentation:.1f}  {rt}")
     print("not evaluated: " + "; ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1])))
     print(f"bands (p90 of |leave-one-source-out error|): {bands(loso)}")
+    print(f"in sample (secondary), fit verdicts: {_verdict_text(in_sample)}")
     s = summary(loso)
-    wrong_ok, n_ok, right_oom, n_oom = _verdicts(loso)
-    roomy_ok, _, roomy_oom, _ = _verdicts(loso, headroom=True)
     print(
         "LOSO memory: "
         + ", ".join(f"{m} {100 * s[m][0]:.1f}%/{100 * s[m][1]:.1f}% (n={s[m][2]})" for m in s)
-        + f"; succeeded but predicted not to fit {wrong_ok} of {n_ok} ({roomy_ok} with the planner's headroom); "
-        f"OOM predicted not to fit {right_oom} of {n_oom} ({roomy_oom} with the headroom); fitted constants "
-        f"{current.count}"
+        + f"; {_verdict_text(loso)}; fitted constants {current.count}"
     )
     return s
+
+
+def _verdict_text(outcomes: list[Outcome]) -> str:
+    """The fit verdicts at the planning peak, each with its count under the planner's headroom."""
+    wrong_ok, n_ok, right_oom, n_oom = _verdicts(outcomes)
+    roomy_ok, _, roomy_oom, _ = _verdicts(outcomes, headroom=True)
+    return (
+        f"succeeded but predicted not to fit {wrong_ok} of {n_ok} ({roomy_ok} with the planner's headroom); "
+        f"OOM predicted not to fit {right_oom} of {n_oom} ({roomy_oom} with the headroom)"
+    )
 
 
 def main() -> None:

@@ -258,8 +258,9 @@ class JobSpec(BaseModel):
         default=None,
         title="FSDP flat parameters in fp32",
         description="FSDP holds the trainable parameters, and their gradients, in fp32 as accelerate's mixed "
-        "precision does; off: in the model's dtype (a plain FSDP loop over a bf16 model); default: the stack's "
-        "(on; litgpt, torchtune off)",
+        "precision does; off: in the model's dtype (a plain FSDP loop over a bf16 model); priced for the "
+        "gradient shards FSDP1's CPU offload keeps (an fp32 master elsewhere is the stack's); default: the "
+        "stack's (on; litgpt, torchtune off)",
         json_schema_extra=_cli("recipe"),
     )
     quant_kernel: QuantKernel | None = Field(
@@ -287,7 +288,7 @@ class JobSpec(BaseModel):
         le=1.0,
         title="Memory headroom over the predicted peak",
         description="headroom kept above the predicted peak, as a share of it (default: the estimate's "
-        "validated band for the method and stack, e.g. 0.29 for LoRA on hf)",
+        "validated band for the method and stack, e.g. 0.27 for LoRA on hf)",
         json_schema_extra=_cli("policy"),
     )
     calibration: bool = Field(
