@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import ftsolve
 from ftsolve import Catalog, JobSpec, Offer
@@ -69,6 +69,12 @@ def synthetic(base: Catalog, n: int, seed: int = 0) -> Catalog:
             )
         )
     return Catalog(gpus=base.gpus, offers=tuple(offers), models=base.models)
+
+
+def median(xs: Iterable[float]) -> float:
+    """The middle value (the upper one of an even count), as every table here reports it."""
+    ordered = sorted(xs)
+    return ordered[len(ordered) // 2]
 
 
 def timings(repeat: int, fn: Callable[..., object], *args: object, **kwargs: object) -> list[float]:
@@ -167,7 +173,7 @@ def _library_rows(base: Catalog) -> None:
     for label, fn, limit in calls:
         fn()  # warm
         t = timings(WARM_CALLS, fn)
-        med = t[len(t) // 2]
+        med = median(t)
         print(
             f"{label:45s} {t[0] * 1000:4.0f} ms {med * 1000:4.0f} ms {t[-1] * 1000:4.0f} ms {limit * 1000:4.0f} ms"
             f"  {'yes' if med <= limit else 'NO'}"
@@ -198,7 +204,7 @@ def _cli_rows(runs: int) -> None:
             for _ in range(runs):
                 for name, args, rc in CLI_COMMANDS:
                     times[name].append(_cli_once(args, mode_env, rc))
-            medians = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+            medians = {name: median(t) for name, t in times.items()}
             print(f"\nCLI end to end, {mode}: median of {runs} fresh processes (issue 18 target {CLI_LIMIT_S} s)")
             print(f"{'command':20s} {'median':>8s} {'best':>8s} {'vs plan':>8s}  met")
             for name, _, _ in CLI_COMMANDS:
@@ -282,6 +288,10 @@ def write_big_catalog(path: str, n: int, seed: int = 0) -> None:
             w.writerow(row)
 
 
+# Issue 15 item 6: a million offers loaded and planned in a fresh process.
+BIG_TARGET_S = 5.0
+BIG_TARGET_MIB = 600
+
 _BIG_PROBE = """
 import json, resource, sys, time
 t0 = time.perf_counter()
@@ -344,7 +354,7 @@ def _big_catalog_rows(n: int, cold_runs: int = 5, runs: int = 1, first_runs: int
         f"\n{'catalog (fresh process)':44s} {'offers':>8s} {'load s':>7s} {'plan s':>7s} {'total s':>8s} "
         f"{'peak MiB':>9s} {'cpu s':>6s}"
     )
-    print(f"{'bundled, cold load (median)':44s} {'':8s} {cold[len(cold) // 2]:7.3f}")
+    print(f"{'bundled, cold load (median)':44s} {'':8s} {median(cold):7.3f}")
     if n <= 0:
         return
     seen: dict[str, list[tuple[float, float]]] = {"first load (parse, cache)": [], "later loads (cached)": []}
@@ -370,29 +380,30 @@ def _big_catalog_rows(n: int, cold_runs: int = 5, runs: int = 1, first_runs: int
             if i < first_runs:
                 first_plan_s.append(r["plan"])
     if baseline and seen["first load (parse, cache)"]:
-        firsts = sorted(t for t, _ in seen["first load (parse, cache)"])
-        floor = sorted(baseline)[len(baseline) // 2]
+        floor = median(baseline)
         print(
             f"first load + plan / bare pandas parse of the same file (medians, same runs): "
-            f"{firsts[len(firsts) // 2] / floor:.2f}x ({floor:.2f} s baseline)"
+            f"{median(t for t, _ in seen['first load (parse, cache)']) / floor:.2f}x ({floor:.2f} s baseline)"
         )
         # What no work of ftsolve's own can go under while pandas parses: its parse of the file and
         # the plan. Whatever is left of the target is all the first load has for pandas' import, the
         # checks of every distinct cell, the hash of the file and the cache write.
-        plan_s = sorted(first_plan_s)[len(first_plan_s) // 2]
+        plan_s = median(first_plan_s)
         print(
             f"floor of a first load through pandas: bare parse + plan (medians) = {floor:.2f} + {plan_s:.2f} = "
-            f"{floor + plan_s:.2f} s, leaving {5.0 - floor - plan_s:.2f} s of the 5 s target for everything else"
+            f"{floor + plan_s:.2f} s, leaving {BIG_TARGET_S - floor - plan_s:.2f} s of the {BIG_TARGET_S:.0f} s "
+            "target for everything else"
         )
     for label, rows in seen.items():
         if not rows:
             continue
-        totals, peaks = sorted(t for t, _ in rows), sorted(p for _, p in rows)
-        median_s, median_mib = totals[len(totals) // 2], peaks[len(peaks) // 2]
-        met = median_s < 5.0 and median_mib < 600
+        totals, peaks = [t for t, _ in rows], [p for _, p in rows]
+        median_s, median_mib = median(totals), median(peaks)
+        met = median_s < BIG_TARGET_S and median_mib < BIG_TARGET_MIB
         print(
-            f"target (issue 15): load + plan < 5 s and peak < 600 MiB, {label}: median {median_s:.2f} s "
-            f"(slowest {totals[-1]:.2f} s), {median_mib:.0f} MiB (largest {peaks[-1]:.0f}) of {len(rows)}: "
+            f"target (issue 15): load + plan < {BIG_TARGET_S:.0f} s and peak < {BIG_TARGET_MIB} MiB, {label}: "
+            f"median {median_s:.2f} s (slowest {max(totals):.2f} s), {median_mib:.0f} MiB (largest {max(peaks):.0f}) "
+            f"of {len(rows)}: "
             f"{'yes' if met else 'NO'}"
         )
 
