@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 
 from ftsolve.catalog import ModelArch
 from ftsolve.solver import _coefficients as k
-from ftsolve.solver._stacks import LOSS_BYTES_PER_LOGIT, OPTIMIZER_STEP_COPIES, STACKS
+from ftsolve.solver._stacks import LOSS_BYTES_PER_LOGIT, OPTIMIZER_STEP_COPIES, STACKS, known_stack
 
 F = NDArray[np.float64]
 I = NDArray[np.int64]
@@ -140,7 +140,7 @@ class MemoryOptions:
     def __post_init__(self) -> None:
         if self.fsdp_version is not None and self.fsdp_version not in (1, 2):
             raise ValueError(f"fsdp_version must be 1 or 2, not {self.fsdp_version!r}")
-        versions = STACKS[self.stack].fsdp_versions if self.stack in STACKS else (2, 1)
+        versions = known_stack(self.stack).fsdp_versions
         if self.fsdp_version is not None and self.fsdp_version not in versions:
             raise ValueError(f"{self.stack} shards with FSDP{versions[0]} only: set fsdp_version to {versions[0]}")
 
@@ -158,9 +158,7 @@ class MemoryOptions:
     @classmethod
     def for_stack(cls, stack: str = "hf", **overrides: Any) -> MemoryOptions:
         """The stack's defaults, with the given fields (those not None) overriding them."""
-        if stack not in STACKS:
-            raise ValueError(f"unknown stack {stack!r}: choose one of {', '.join(STACKS)}")
-        s = STACKS[stack]
+        s = known_stack(stack)
         fields: dict[str, Any] = {
             "stack": stack,
             "optimizer": s.optimizer,

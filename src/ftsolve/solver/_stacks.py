@@ -382,3 +382,10 @@ STACKS: dict[str, Stack] = {
     )
 }
 STACK_NAMES: tuple[str, ...] = tuple(STACKS)
+
+
+def known_stack(name: str) -> Stack:
+    """The record of a stack, or a ValueError that names the known ones."""
+    if name not in STACKS:
+        raise ValueError(f"unknown stack {name!r}: choose one of {', '.join(STACKS)}")
+    return STACKS[name]
