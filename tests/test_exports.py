@@ -440,7 +440,7 @@ def assert_trains_the_plan(kind: str, cfg: dict[str, Any], p: Plan, job: JobSpec
     assert abs(steps * p.time.step_s - p.time.training_hours * 3600) <= p.time.step_s + steps * 5e-5 + 0.2
     tau = p.time.checkpoint_interval_hours
     if job.early_stop_patience is not None:
-        assert save <= (steps if not tau else max(1, math.floor(tau * 3600 / p.time.step_s)))
+        assert save <= (steps if not tau else max(1, math.floor(round(tau * 3600 / p.time.step_s, 6))))
     elif tau:
         # Saves at the planned interval: the largest whole number of steps within it.
         # tau is rounded to 4 decimals in the plan (0.18 s); no interval is shorter than one step.
@@ -696,3 +696,12 @@ def test_a_bf16_stack_sharded_through_deepspeed_or_fsdp_is_priced_with_the_fp32_
     p = sharded[0]
     assert "fp32 master" not in render_export("axolotl", p, job, CATALOG)
     assert "keeps no fp32 master" in render_export("torchtune", p, job, CATALOG)
+
+
+def test_a_checkpoint_interval_saves_every_whole_step_it_holds() -> None:
+    from ftsolve._exports._recipe import steps_within
+
+    # 0.182 h is 900 steps of 0.728 s exactly; floating point divides it to 899.9999999999999.
+    assert steps_within(0.182, 0.728) == 900
+    assert steps_within(0.182, 0.7281) == 899
+    assert steps_within(0.0001, 10.0) == 1  # never shorter than one step

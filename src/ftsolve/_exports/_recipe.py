@@ -153,6 +153,13 @@ def parallel_of(plan: Plan, job: JobSpec, options: MemoryOptions) -> Parallel:
     return Parallel("ddp" if plan.n_gpus > 1 else "single", 0, False, False)
 
 
+def steps_within(hours: float, step_s: float) -> int:
+    """The whole steps that fit in `hours`, at least one. Rounded first: the plan's decimal interval
+    and step time may divide to a hair under the whole number they equal (0.182 h / 0.728 s gives
+    899.9999999999999 in floating point, not 900)."""
+    return max(1, math.floor(round(hours * 3600 / step_s, 6)))
+
+
 def schedule_of(plan: Plan, job: JobSpec) -> Schedule:
     """Max steps from the token budget; saves at the plan's checkpoint interval; evaluations at
     every save when early stopping needs them (HF Trainer keeps the best checkpoint only where an
@@ -161,7 +168,7 @@ def schedule_of(plan: Plan, job: JobSpec) -> Schedule:
     # The time model processes train_tokens / real_token_fraction tokens, padding included.
     max_steps = max(1, math.ceil(job.train_tokens / (job.real_token_fraction * global_batch * job.seq_len)))
     tau = plan.time.checkpoint_interval_hours
-    planned = None if not tau else min(max_steps, max(1, math.floor(tau * 3600 / plan.time.step_s)))
+    planned = None if not tau else min(max_steps, steps_within(tau, plan.time.step_s))
     patience = job.early_stop_patience
     save = planned or max_steps
     evaluate = patience is not None or job.eval_fraction > 0
